@@ -1,0 +1,29 @@
+# Everything a fresh machine needs: `make example` runs the main example,
+# `make test` runs the whole test suite (what CI runs).
+VENV ?= .venv
+PYTHON ?= python3
+STAMP := $(VENV)/.installed
+
+.PHONY: example test lint bench setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/ensure-system-packages.sh
+	bash scripts/ensure-system-packages.sh
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+example: $(STAMP)
+	$(VENV)/bin/squall demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(VENV)/bin/python -m pytest
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/acker.py

@@ -1,0 +1,139 @@
+"""Acker ledger: memory per pending root and merge rate of XOR-reduced acks.
+
+Prints one ``name=value`` per line, for 1M and 10M pending roots. Each wave
+merges 100,000 reduced ack rows for pending roots (half of them completing
+their tree) plus one init row per completed root, so the ledger stays at its
+size. The same waves are run against a plain dict ledger for a ratio.
+
+    python benchmarks/acker.py [--sizes 1000000,10000000] [--waves 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+import tracemalloc
+
+import numpy as np
+
+from squall.reliability import AckLedger
+
+WAVE = 100_000
+
+
+def random_ids(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(1, 2**64, n, dtype=np.uint64)
+
+
+def filled_ledger(roots: np.ndarray, vals: np.ndarray) -> AckLedger:
+    ledger = AckLedger()
+    for start in range(0, len(roots), 1_000_000):  # arrive in waves of inits
+        end = start + 1_000_000
+        ledger.merge(roots[start:end], vals[start:end], init_tasks=np.full(len(roots[start:end]), 1))
+    return ledger
+
+
+def plan_waves(rng, roots, vals, waves):
+    """Per wave: rows for existing roots (half completing) and replacement inits."""
+    n = len(roots)
+    live = np.arange(n)
+    plans = []
+    for _ in range(waves):
+        pick = rng.choice(len(live), WAVE, replace=False)
+        idx = live[pick]
+        finishing = idx[: WAVE // 2]
+        partial = idx[WAVE // 2 :]
+        x = random_ids(rng, len(partial))
+        ack_roots = np.concatenate([roots[finishing], roots[partial]])
+        ack_vals = np.concatenate([vals[finishing], x])
+        vals[partial] ^= x
+        new_roots = random_ids(rng, len(finishing))
+        new_vals = random_ids(rng, len(finishing))
+        plans.append((ack_roots, ack_vals, new_roots, new_vals))
+        live = np.setdiff1d(live, finishing, assume_unique=True)
+    return plans
+
+
+def run_numpy(ledger: AckLedger, plans) -> tuple[float, int]:
+    rows = 0
+    start = time.perf_counter()
+    for ack_roots, ack_vals, new_roots, new_vals in plans:
+        roots = np.concatenate([ack_roots, new_roots])
+        vals = np.concatenate([ack_vals, new_vals])
+        tasks = np.concatenate([np.full(len(ack_roots), -1), np.full(len(new_roots), 1)])
+        out = ledger.merge(roots, vals, init_tasks=tasks)
+        assert len(out.completed) == WAVE // 2
+        rows += len(roots)
+    return time.perf_counter() - start, rows
+
+
+def run_dict(pending: dict, plans) -> tuple[float, int]:
+    """The same waves against ``{root: [value, spout_task, failed]}``, Storm's shape."""
+    rows = 0
+    start = time.perf_counter()
+    for ack_roots, ack_vals, new_roots, new_vals in plans:
+        completed = 0
+        for root, val in zip(ack_roots.tolist(), ack_vals.tolist(), strict=True):
+            entry = pending[root]
+            entry[0] ^= val
+            if entry[0] == 0:
+                del pending[root]
+                completed += 1
+        for root, val in zip(new_roots.tolist(), new_vals.tolist(), strict=True):
+            pending[root] = [val, 1, False]
+        assert completed == WAVE // 2
+        rows += len(ack_roots) + len(new_roots)
+    return time.perf_counter() - start, rows
+
+
+def held_bytes(build) -> tuple[object, int]:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    obj = build()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return obj, held
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--waves", type=int, default=10)
+    parser.add_argument("--dict-max", type=int, default=1_000_000, help="largest size to run the dict at")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    print(f"cores_used=1 wave_rows={WAVE} waves={args.waves}")
+    for n in (int(s) for s in args.sizes.split(",")):
+        rng = np.random.default_rng(n)
+        roots, vals = random_ids(rng, n), random_ids(rng, n)
+        ledger, held = held_bytes(lambda: filled_ledger(roots, vals))  # noqa: B023
+        assert len(ledger) == n
+        print(f"pending_roots={n}")
+        print(f"bytes_per_pending_root={held / n:.2f}")
+        print(f"column_bytes_per_pending_root={ledger.nbytes / n:.2f}")
+        plans = plan_waves(rng, roots, vals.copy(), args.waves)
+        seconds, rows = run_numpy(ledger, plans)
+        rate = rows / seconds
+        print(f"acks_per_second={rate:,.0f}".replace(",", "_"))
+        print(f"bytes_per_pending_root_after_waves={ledger.nbytes / len(ledger):.2f}")
+        if n <= args.dict_max:
+            pending, dict_held = held_bytes(
+                lambda: {r: [v, 1, False] for r, v in zip(roots.tolist(), vals.tolist(), strict=True)}  # noqa: B023
+            )
+            dict_seconds, dict_rows = run_dict(pending, plans)
+            dict_rate = dict_rows / dict_seconds
+            print(f"dict_bytes_per_pending_root={dict_held / n:.2f}")
+            print(f"dict_acks_per_second={dict_rate:,.0f}".replace(",", "_"))
+            print(f"speedup_vs_dict={rate / dict_rate:.1f}")
+            print(f"memory_ratio_vs_dict={held / dict_held:.3f}")
+            del pending
+        del ledger, plans
+        gc.collect()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages squall needs when they are missing:
+# a Java runtime (17+) for Spark. Run as root (or with sudo available).
+set -euo pipefail
+
+need=()
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+    need+=(openjdk-17-jre-headless)
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing Debian packages: ${need[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"
+fi

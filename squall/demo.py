@@ -1,0 +1,95 @@
+"""A walk through squall's model and reliability core, with no cluster.
+
+Builds the seed's word-count topology, routes one sentence through its
+groupings, and follows the sentence's tuple tree through the XOR acker until
+the spout tuple completes.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from squall.model import BasicBolt, Bolt, Fields, Spout, TopologyBuilder, Tuple
+from squall.reliability import AckLedger, IdGenerator, ack_messages, anchor, spout_edges
+
+
+class SentenceSpout(Spout):
+    outputs = ("sentence",)
+
+    def next_tuple(self) -> None:
+        pass
+
+
+class SplitSentence(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector) -> None:
+        for word in tup["sentence"].split(" "):
+            collector.emit([word])
+
+
+class WordCount(Bolt):
+    outputs = ("word", "count")
+
+    def execute(self, tup) -> None:
+        pass
+
+
+def word_count_topology():
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout())
+    builder.set_bolt("split", SplitSentence(), 10).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), 20).fields_grouping("split", Fields("word"))
+    return builder.build()
+
+
+def run(console: Console | None = None, sentence: str = "the cow jumped over the moon") -> bool:
+    console = console or Console()
+    topo = word_count_topology()
+    console.rule("[bold]The topology")
+    console.print(topo.describe())
+
+    ids = IdGenerator()
+    spout_task = topo.task_ids("sentences")[0]
+    split_route = topo.components["split"].inputs[0].grouping.router(
+        spout_task, topo.task_ids("split"), topo.stream_fields("sentences", "default")
+    )
+    (split_task,) = split_route([sentence])
+    root = ids.next_id()
+    init_value, (edge,) = spout_edges(root, 1, ids.next_id)
+    spout_tuple = Tuple([sentence], Fields("sentence"), "sentences", spout_task, anchors_to_ids=edge)
+
+    ledger = AckLedger()
+    console.rule("[bold]One sentence through the acker")
+    console.print(f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}")
+    ledger.init(root, init_value, spout_task)
+
+    count_route = topo.components["count"].inputs[0].grouping.router(
+        split_task, topo.task_ids("count"), topo.stream_fields("split", "default")
+    )
+    table = Table("step", "message", "ack val after", "settled")
+    words = []  # (word tuple, the count task it goes to)
+    for word in sentence.split(" "):
+        edges = anchor([spout_tuple], ids.next_id)
+        tup = Tuple([word], Fields("word"), "split", split_task, anchors_to_ids=edges)
+        words.append((tup, count_route([word])[0]))
+
+    def send(step: str, tup: Tuple) -> None:
+        ((r, value),) = ack_messages(tup)
+        outcome = ledger.ack(r, value)
+        entry = ledger.entry(root)
+        settled = ", ".join(f"task {t} acks root {x:#x}" for t, x in outcome.completed.pairs())
+        table.add_row(step, f"ack({value:#018x})", f"{entry.value:#018x}" if entry else "0 (done)", settled)
+
+    send(f"split task {split_task} acks the sentence", spout_tuple)
+    for tup, count_task in words:
+        send(f"count task {count_task} acks {tup[0]!r}", tup)
+    console.print(table)
+    complete = root not in ledger and len(ledger) == 0
+    console.print(
+        "[green]tree complete: the spout's ack(msg_id) is due[/green]"
+        if complete
+        else "[red]tree still pending[/red]"
+    )
+    return complete

@@ -1,0 +1,46 @@
+"""The topology model: what a user declares, with no knowledge of Spark."""
+
+from squall.model.builder import BoltDeclarer, SpoutDeclarer, TopologyBuilder
+from squall.model.components import DEFAULT_STREAM, BasicBolt, Bolt, Spout
+from squall.model.errors import FailedException, InvalidConfigError, InvalidTopologyError, SquallError
+from squall.model.fields import Fields
+from squall.model.groupings import (
+    AllGrouping,
+    DirectGrouping,
+    FieldsGrouping,
+    GlobalGrouping,
+    Grouping,
+    LocalOrShuffleGrouping,
+    NoneGrouping,
+    ShuffleGrouping,
+)
+from squall.model.topology import ComponentSpec, Subscription, Topology, TopologyContext
+from squall.model.tuple import Tuple
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "AllGrouping",
+    "BasicBolt",
+    "Bolt",
+    "BoltDeclarer",
+    "ComponentSpec",
+    "DirectGrouping",
+    "FailedException",
+    "Fields",
+    "FieldsGrouping",
+    "GlobalGrouping",
+    "Grouping",
+    "InvalidConfigError",
+    "InvalidTopologyError",
+    "LocalOrShuffleGrouping",
+    "NoneGrouping",
+    "ShuffleGrouping",
+    "Spout",
+    "SpoutDeclarer",
+    "SquallError",
+    "Subscription",
+    "Topology",
+    "TopologyBuilder",
+    "TopologyContext",
+    "Tuple",
+]

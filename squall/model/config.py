@@ -1,0 +1,114 @@
+"""Topology configuration: Storm's keys and defaults, plus squall's own ``squall.*`` keys.
+
+Config is a plain dict. Keys squall does not know are passed through to the
+components untouched, as Storm does, except under ``squall.``, which is ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from squall.model.errors import InvalidConfigError
+
+TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
+TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
+TOPOLOGY_DEBUG = "topology.debug"
+SQUALL_SPARK_MASTER = "squall.spark.master"
+
+DEFAULTS: dict[str, Any] = {
+    TOPOLOGY_ACKER_EXECUTORS: 1,
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS: 30,
+    TOPOLOGY_MAX_SPOUT_PENDING: None,
+    TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: True,
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
+    TOPOLOGY_DEBUG: False,
+    SQUALL_SPARK_MASTER: "local[*]",
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and v == v  # rejects NaN
+
+
+def _int_at_least(low: int) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if _is_int(v) and v >= low else f"an int >= {low}"
+
+    return check
+
+
+def _positive_number(v: Any) -> str | None:
+    return None if _is_number(v) and 0 < v < float("inf") else "a number > 0"
+
+
+def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    def optional(v: Any) -> str | None:
+        if v is None:
+            return None
+        problem = check(v)
+        return problem and f"None or {problem}"
+
+    return optional
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "a bool (true or false)"
+
+
+def _non_empty_str(v: Any) -> str | None:
+    return None if isinstance(v, str) and v else "a non-empty string"
+
+
+VALIDATORS: dict[str, Callable[[Any], str | None]] = {
+    TOPOLOGY_ACKER_EXECUTORS: _int_at_least(0),
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS: _positive_number,
+    TOPOLOGY_MAX_SPOUT_PENDING: _optional(_int_at_least(1)),
+    TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: _bool,
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
+    TOPOLOGY_DEBUG: _bool,
+    SQUALL_SPARK_MASTER: _non_empty_str,
+}
+
+
+def register_key(key: str, default: Any, validator: Callable[[Any], str | None]) -> None:
+    """Declare a config key (used by squall's own subsystems for their ``squall.*`` keys)."""
+    DEFAULTS[key] = default
+    VALIDATORS[key] = validator
+
+
+def check_config(conf: Mapping[str, Any] | None, where: str = "topology config") -> None:
+    """Raise ``InvalidConfigError`` naming the first bad key of ``conf``."""
+    if conf is None:
+        return
+    if not isinstance(conf, Mapping):
+        raise InvalidConfigError(f"{where} must be a dict, got {type(conf).__name__}")
+    for key, value in conf.items():
+        if not isinstance(key, str):
+            raise InvalidConfigError(f"{where}: config keys must be strings, got {key!r}")
+        validator = VALIDATORS.get(key)
+        if validator is None:
+            if key.startswith("squall."):
+                known = sorted(k for k in VALIDATORS if k.startswith("squall."))
+                raise InvalidConfigError(f"{where}: unknown squall config key {key!r}; known: {known}")
+            continue
+        problem = validator(value)
+        if problem:
+            raise InvalidConfigError(f"{where}: {key!r} must be {problem}, got {value!r}")
+
+
+def resolve_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults overlaid with each layer in turn, every layer checked first."""
+    merged = dict(DEFAULTS)
+    for layer in layers:
+        check_config(layer)
+        if layer:
+            merged.update(layer)
+    return merged

@@ -1,0 +1,17 @@
+"""Exceptions a user of squall meets."""
+
+
+class SquallError(Exception):
+    """Base class of squall's own errors."""
+
+
+class InvalidTopologyError(SquallError, ValueError):
+    """A topology that cannot run; the message names the component, stream or field."""
+
+
+class InvalidConfigError(SquallError, ValueError):
+    """A config value of the wrong type or range; the message names the key."""
+
+
+class FailedException(Exception):
+    """Raised by a bolt to fail its input tuple (or, in a transactional topology, the batch)."""

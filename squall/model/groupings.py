@@ -1,0 +1,132 @@
+"""Stream groupings: which task(s) of a bolt receive each tuple.
+
+Each grouping is pure and deterministic. ``router(source_task, targets, fields)``
+returns a function from a tuple's values to the list of target task ids.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from squall.model.fields import Fields
+from squall.model.hashing import stable_hash
+
+Router = Callable[[Sequence[Any]], list[int]]
+
+
+class Grouping:
+    name = "grouping"
+    is_direct = False
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.name}_grouping"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class ShuffleGrouping(Grouping):
+    """Round-robin over a shuffled order of the targets, reshuffled each cycle.
+
+    Each source task's sequence is seeded by its task id, so it is reproducible,
+    and any run of ``len(targets)`` tuples reaches every target exactly once.
+    """
+
+    name = "shuffle"
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        rng = random.Random(source_task)
+        order = list(targets)
+        position = len(order)
+
+        def route(values: Sequence[Any]) -> list[int]:
+            nonlocal position
+            if position >= len(order):
+                rng.shuffle(order)
+                position = 0
+            position += 1
+            return [order[position - 1]]
+
+        return route
+
+
+class NoneGrouping(ShuffleGrouping):
+    """Storm's "don't care" grouping; it shuffles."""
+
+    name = "none"
+
+
+class LocalOrShuffleGrouping(ShuffleGrouping):
+    """Prefer a target in the emitter's worker process, else shuffle.
+
+    Every squall task runs in its own Spark partition, so no target is known to
+    be local and this shuffles.
+    """
+
+    name = "local_or_shuffle"
+
+
+class FieldsGrouping(Grouping):
+    """``stable_hash(selected values) mod len(targets)``: equal keys, same task."""
+
+    name = "fields"
+
+    def __init__(self, fields: Fields) -> None:
+        self.fields = fields
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        positions = [fields.index(name) for name in self.fields]
+        targets = list(targets)
+        n = len(targets)
+
+        def route(values: Sequence[Any]) -> list[int]:
+            return [targets[stable_hash([values[p] for p in positions]) % n]]
+
+        return route
+
+    def __repr__(self) -> str:
+        return f"fields_grouping({list(self.fields)})"
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.fields))
+
+
+class GlobalGrouping(Grouping):
+    """Every tuple to the lowest-numbered task."""
+
+    name = "global"
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        lowest = [min(targets)]
+        return lambda values: list(lowest)
+
+
+class AllGrouping(Grouping):
+    """Every tuple to every task."""
+
+    name = "all"
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        everyone = sorted(targets)
+        return lambda values: list(everyone)
+
+
+class DirectGrouping(Grouping):
+    """The emitter picks the task with ``emit_direct``; plain emits are refused."""
+
+    name = "direct"
+    is_direct = True
+
+    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+        def route(values: Sequence[Any]) -> list[int]:
+            raise ValueError("a direct stream takes emit_direct(task, ...), not emit(...)")
+
+        return route

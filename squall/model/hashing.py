@@ -1,0 +1,57 @@
+"""A hash of tuple values that is the same in every process.
+
+Python's ``hash()`` of a str is salted per process, so two Spark workers would
+disagree about which task a word belongs to. ``stable_hash`` encodes values
+canonically (values that compare equal, such as ``1``, ``1.0`` and ``True``,
+encode alike) and takes the CRC-32 of the bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+
+def _encode(value: Any, out: bytearray) -> None:
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        out += b"s%d:" % len(data)
+        out += data
+    elif value is None:
+        out += b"n"
+    elif isinstance(value, (bool, int)):
+        out += b"i%d;" % value
+    elif isinstance(value, float):
+        if value.is_integer():
+            out += b"i%d;" % int(value)
+        else:
+            out += b"f" + struct.pack("<d", value)
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        out += b"b%d:" % len(data)
+        out += data
+    elif isinstance(value, (tuple, list)):
+        out += b"l%d:" % len(value)
+        for item in value:
+            _encode(item, out)
+    elif isinstance(value, (frozenset, set)):
+        encoded = sorted(stable_bytes((item,)) for item in value)
+        out += b"e%d:" % len(encoded)
+        for item in encoded:
+            out += item
+    else:
+        raise TypeError(f"cannot hash a value of type {type(value).__name__} for a fields grouping")
+
+
+def stable_bytes(values: Sequence[Any]) -> bytes:
+    out = bytearray()
+    for value in values:
+        _encode(value, out)
+    return bytes(out)
+
+
+def stable_hash(values: Sequence[Any]) -> int:
+    """A non-negative 32-bit hash of ``values``, identical in every process."""
+    return zlib.crc32(stable_bytes(values))

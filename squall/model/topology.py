@@ -1,0 +1,126 @@
+"""The built topology: components, their tasks, streams and subscriptions.
+
+Built by ``TopologyBuilder.build()``, immutable afterwards, and free of any
+knowledge of how it will be executed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.model.fields import Fields
+from squall.model.groupings import Grouping
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """A bolt's input: ``source``'s ``stream``, routed by ``grouping``."""
+
+    source: str
+    stream: str
+    grouping: Grouping
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    id: str
+    kind: str  # "spout" or "bolt"
+    obj: Any
+    parallelism: int
+    streams: Mapping[str, Fields]
+    inputs: tuple[Subscription, ...] = ()
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    tasks: tuple[int, ...] = ()
+
+
+class Topology:
+    def __init__(self, components: dict[str, ComponentSpec], conf: Mapping[str, Any]) -> None:
+        self.components = components
+        self.conf = dict(conf)
+        self._task_component = {t: c.id for c in components.values() for t in c.tasks}
+        self._subscribers: dict[tuple[str, str], list[tuple[str, Subscription]]] = {}
+        for comp in components.values():
+            for sub in comp.inputs:
+                self._subscribers.setdefault((sub.source, sub.stream), []).append((comp.id, sub))
+
+    @property
+    def spouts(self) -> dict[str, ComponentSpec]:
+        return {k: c for k, c in self.components.items() if c.kind == "spout"}
+
+    @property
+    def bolts(self) -> dict[str, ComponentSpec]:
+        return {k: c for k, c in self.components.items() if c.kind == "bolt"}
+
+    def task_ids(self, component_id: str) -> tuple[int, ...]:
+        return self.components[component_id].tasks
+
+    def component_of(self, task_id: int) -> str:
+        return self._task_component[task_id]
+
+    @property
+    def all_tasks(self) -> list[int]:
+        return sorted(self._task_component)
+
+    def subscribers(self, source: str, stream: str) -> list[tuple[str, Subscription]]:
+        """``[(bolt_id, subscription), ...]`` reading ``source``'s ``stream``."""
+        return list(self._subscribers.get((source, stream), ()))
+
+    def stream_fields(self, component_id: str, stream: str) -> Fields:
+        return self.components[component_id].streams[stream]
+
+    def is_direct_stream(self, component_id: str, stream: str) -> bool:
+        return any(sub.grouping.is_direct for _, sub in self.subscribers(component_id, stream))
+
+    def topological_order(self) -> list[str]:
+        """Component ids, every component after all of its sources."""
+        order: list[str] = []
+        done: set[str] = set()
+
+        def visit(cid: str) -> None:
+            if cid in done:
+                return
+            done.add(cid)
+            for sub in self.components[cid].inputs:
+                visit(sub.source)
+            order.append(cid)
+
+        for cid in sorted(self.components):
+            visit(cid)
+        return order
+
+    def describe(self) -> str:
+        lines = []
+        for cid in self.topological_order():
+            c = self.components[cid]
+            inputs = ", ".join(f"{s.source}/{s.stream} via {s.grouping!r}" for s in c.inputs)
+            streams = "; ".join(f"{s}{list(f)}" for s, f in c.streams.items()) or "(none)"
+            lines.append(
+                f"{c.kind:5} {cid:<16} tasks {list(c.tasks)}  emits {streams}"
+                + (f"  reads {inputs}" if inputs else "")
+            )
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TopologyContext:
+    """What a task knows about itself and the topology, handed to open/prepare."""
+
+    topology: Topology
+    component_id: str
+    task_id: int
+
+    @property
+    def task_index(self) -> int:
+        return self.topology.task_ids(self.component_id).index(self.task_id)
+
+    def component_tasks(self, component_id: str) -> list[int]:
+        return list(self.topology.task_ids(component_id))
+
+    @property
+    def this_component_tasks(self) -> list[int]:
+        return self.component_tasks(self.component_id)
+
+    def output_fields(self, stream: str = "default") -> Fields:
+        return self.topology.stream_fields(self.component_id, stream)

@@ -1,0 +1,80 @@
+"""The tuple a bolt receives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from squall.model.fields import Fields
+
+TICK_COMPONENT = "__system"
+TICK_STREAM = "__tick"
+
+
+class Tuple:
+    """Values with their field names, their source, and their place in tuple trees.
+
+    ``anchors_to_ids`` maps each root (spout tuple id) of a tree the tuple belongs
+    to, to the edge id this copy carries for it; ``ack_val`` accumulates the edge
+    ids of tuples anchored to it. Both are the acker's business, not the user's.
+    """
+
+    __slots__ = (
+        "ack_val",
+        "anchors_to_ids",
+        "fields",
+        "id",
+        "source_component",
+        "source_stream",
+        "source_task",
+        "values",
+    )
+
+    def __init__(
+        self,
+        values: Sequence[Any],
+        fields: Fields,
+        source_component: str,
+        source_task: int,
+        source_stream: str = "default",
+        anchors_to_ids: dict[int, int] | None = None,
+        id: int = 0,
+    ) -> None:
+        self.values = tuple(values)
+        self.fields = fields
+        self.source_component = source_component
+        self.source_task = source_task
+        self.source_stream = source_stream
+        self.anchors_to_ids = anchors_to_ids if anchors_to_ids is not None else {}
+        self.ack_val = 0
+        self.id = id  # unique per delivered copy; identifies the tuple to its task
+
+    def __getitem__(self, key: int | str) -> Any:
+        if isinstance(key, str):
+            try:
+                return self.values[self.fields.index(key)]
+            except KeyError:
+                raise KeyError(
+                    f"tuple from {self.source_component!r} stream {self.source_stream!r} "
+                    f"has no field {key!r}; its fields are {list(self.fields)}"
+                ) from None
+        return self.values[key]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return self.values[self.fields.index(field)] if field in self.fields else default
+
+    def select(self, fields: Sequence[str]) -> tuple:
+        return self.fields.select(fields, self.values)
+
+    @property
+    def is_tick(self) -> bool:
+        return self.source_component == TICK_COMPONENT and self.source_stream == TICK_STREAM
+
+    def __repr__(self) -> str:
+        return f"Tuple({self.values!r}, from {self.source_component}:{self.source_task}/{self.source_stream})"

@@ -1,0 +1,29 @@
+"""The reliability core: pure state machines the runtime drives. No Spark, no threads."""
+
+from squall.reliability.anchoring import ack_messages, anchor, fail_messages, spout_edges
+from squall.reliability.ids import IdGenerator, new_id
+from squall.reliability.ledger import (
+    AckLedger,
+    LedgerEntry,
+    Outcome,
+    PartitionedLedger,
+    Settled,
+    acker_partition,
+)
+from squall.reliability.rotating_map import RotatingMap
+
+__all__ = [
+    "AckLedger",
+    "IdGenerator",
+    "LedgerEntry",
+    "Outcome",
+    "PartitionedLedger",
+    "RotatingMap",
+    "Settled",
+    "ack_messages",
+    "acker_partition",
+    "anchor",
+    "fail_messages",
+    "new_id",
+    "spout_edges",
+]

@@ -1,0 +1,49 @@
+"""Random non-zero 64-bit ids for tuples and edges.
+
+Ids come from numpy's PCG64, seeded from the operating system's entropy pool.
+The generator notices when it runs in a forked child (as Spark's Python workers
+are) and reseeds, so two processes never hand out the same sequence.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_BLOCK = 4096
+
+
+class IdGenerator:
+    """Hands out random 64-bit ids, never 0 (0 is the XOR of a completed tree)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._seed = seed
+        self._pid = -1
+        self._buffer: list[int] = []
+
+    def _reseed_if_forked(self) -> None:
+        pid = os.getpid()
+        if pid != self._pid:
+            self._pid = pid
+            self._rng = np.random.Generator(np.random.PCG64(self._seed))
+            self._buffer = []
+
+    def next_id(self) -> int:
+        self._reseed_if_forked()
+        if not self._buffer:
+            self._buffer = self.next_ids(_BLOCK).tolist()
+        return self._buffer.pop()
+
+    def next_ids(self, n: int) -> np.ndarray:
+        """``n`` ids as a uint64 array."""
+        self._reseed_if_forked()
+        return self._rng.integers(1, 2**64, size=n, dtype=np.uint64, endpoint=False)
+
+
+_default = IdGenerator()
+
+
+def new_id() -> int:
+    """A fresh random non-zero 64-bit id from the process-wide generator."""
+    return _default.next_id()
