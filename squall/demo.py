@@ -52,8 +52,10 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
 
     ids = IdGenerator()
     spout_task = topo.task_ids("sentences")[0]
-    split_route = topo.components["split"].inputs[0].grouping.router(
-        spout_task, topo.task_ids("split"), topo.stream_fields("sentences", "default")
+    split_route = (
+        topo.components["split"]
+        .inputs[0]
+        .grouping.router(spout_task, topo.task_ids("split"), topo.stream_fields("sentences", "default"))
     )
     (split_task,) = split_route([sentence])
     root = ids.next_id()
@@ -62,11 +64,15 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
 
     ledger = AckLedger()
     console.rule("[bold]One sentence through the acker")
-    console.print(f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}")
+    console.print(
+        f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}"
+    )
     ledger.init(root, init_value, spout_task)
 
-    count_route = topo.components["count"].inputs[0].grouping.router(
-        split_task, topo.task_ids("count"), topo.stream_fields("split", "default")
+    count_route = (
+        topo.components["count"]
+        .inputs[0]
+        .grouping.router(split_task, topo.task_ids("count"), topo.stream_fields("split", "default"))
     )
     table = Table("step", "message", "ack val after", "settled")
     words = []  # (word tuple, the count task it goes to)
