@@ -1,5 +1,7 @@
 """squall: Apache Storm's processing guarantees for Python, executed on Apache Spark."""
 
+from typing import Any
+
 from squall.model import (
     BasicBolt,
     Bolt,
@@ -21,7 +23,17 @@ __all__ = [
     "Fields",
     "InvalidConfigError",
     "InvalidTopologyError",
+    "LocalCluster",
     "Spout",
     "TopologyBuilder",
     "Tuple",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The Spark runtime is imported on first use, so the model stays light to import.
+    if name == "LocalCluster":
+        from squall.spark.cluster import LocalCluster
+
+        return LocalCluster
+    raise AttributeError(f"module 'squall' has no attribute {name!r}")

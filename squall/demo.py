@@ -64,9 +64,7 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
 
     ledger = AckLedger()
     console.rule("[bold]One sentence through the acker")
-    console.print(
-        f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}"
-    )
+    console.print(f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}")
     ledger.init(root, init_value, spout_task)
 
     count_route = (
@@ -94,8 +92,6 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
     console.print(table)
     complete = root not in ledger and len(ledger) == 0
     console.print(
-        "[green]tree complete: the spout's ack(msg_id) is due[/green]"
-        if complete
-        else "[red]tree still pending[/red]"
+        "[green]tree complete: the spout's ack(msg_id) is due[/green]" if complete else "[red]tree still pending[/red]"
     )
     return complete

@@ -127,9 +127,7 @@ def expected_settlement(roots, order, messages, fully_acked, failed_roots):
     wave_cut=st.integers(1, 6),
     partitions=st.integers(1, 3),
 )
-def test_root_settles_exactly_when_its_tree_is_done(
-    seed, n_roots, n_steps, ack_prob, fail_prob, wave_cut, partitions
-):
+def test_root_settles_exactly_when_its_tree_is_done(seed, n_roots, n_steps, ack_prob, fail_prob, wave_cut, partitions):
     roots, messages, fully_acked, failed_roots = build_dags(seed, n_roots, n_steps, ack_prob, fail_prob)
     order = list(range(len(messages)))
     random.Random(seed ^ 0x5EED).shuffle(order)  # any delivery order: acks may precede inits

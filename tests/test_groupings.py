@@ -88,8 +88,6 @@ def test_shuffle_is_balanced_and_reproducible(source, n):
         counts = Counter(picks)
         assert set(counts) <= set(TARGETS)
         full, rest = divmod(n, len(TARGETS))
-        assert sorted(counts.get(t, 0) for t in TARGETS) == sorted(
-            [full + 1] * rest + [full] * (len(TARGETS) - rest)
-        )
+        assert sorted(counts.get(t, 0) for t in TARGETS) == sorted([full + 1] * rest + [full] * (len(TARGETS) - rest))
         again = grouping.router(source, TARGETS, WORD)
         assert [again(("w", i))[0] for i in range(n)] == picks

@@ -152,13 +152,9 @@ class TopologyBuilder:
         return by_id
 
     @staticmethod
-    def _check_inputs(
-        d: _Declared, by_id: dict[str, _Declared], streams: dict[str, dict[str, Fields]]
-    ) -> None:
+    def _check_inputs(d: _Declared, by_id: dict[str, _Declared], streams: dict[str, dict[str, Fields]]) -> None:
         if d.kind == "bolt" and not d.inputs:
-            raise InvalidTopologyError(
-                f"bolt {d.id!r} has no inputs: subscribe it to a stream with a grouping"
-            )
+            raise InvalidTopologyError(f"bolt {d.id!r} has no inputs: subscribe it to a stream with a grouping")
         for source, stream, grouping, fields in d.inputs:
             if source not in by_id:
                 raise InvalidTopologyError(

@@ -7,7 +7,7 @@ knowledge of how it will be executed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from squall.model.fields import Fields
@@ -44,6 +44,14 @@ class Topology:
         for comp in components.values():
             for sub in comp.inputs:
                 self._subscribers.setdefault((sub.source, sub.stream), []).append((comp.id, sub))
+
+    def with_objects(self, objects: Mapping[str, Any]) -> Topology:
+        """The same topology with some components' spout or bolt objects swapped."""
+        unknown = set(objects) - set(self.components)
+        if unknown:
+            raise KeyError(f"no such component(s): {sorted(unknown)}")
+        comps = {cid: replace(c, obj=objects.get(cid, c.obj)) for cid, c in self.components.items()}
+        return Topology(comps, self.conf)
 
     @property
     def spouts(self) -> dict[str, ComponentSpec]:
@@ -97,8 +105,7 @@ class Topology:
             inputs = ", ".join(f"{s.source}/{s.stream} via {s.grouping!r}" for s in c.inputs)
             streams = "; ".join(f"{s}{list(f)}" for s, f in c.streams.items()) or "(none)"
             lines.append(
-                f"{c.kind:5} {cid:<16} tasks {list(c.tasks)}  emits {streams}"
-                + (f"  reads {inputs}" if inputs else "")
+                f"{c.kind:5} {cid:<16} tasks {list(c.tasks)}  emits {streams}" + (f"  reads {inputs}" if inputs else "")
             )
         return "\n".join(lines)
 

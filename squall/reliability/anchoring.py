@@ -34,9 +34,7 @@ def _xor_into(mapping: dict[int, int], root: int, value: int) -> None:
     mapping[root] = mapping.get(root, 0) ^ value
 
 
-def spout_edges(
-    root: int, num_copies: int, next_id: Callable[[], int] = new_id
-) -> tuple[int, list[dict[int, int]]]:
+def spout_edges(root: int, num_copies: int, next_id: Callable[[], int] = new_id) -> tuple[int, list[dict[int, int]]]:
     """Edge ids for the copies of one spout tuple: ``(init_value, per-copy ids)``."""
     init_value = 0
     copies = []

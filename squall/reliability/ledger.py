@@ -349,12 +349,8 @@ class PartitionedLedger:
         for i, ledger in enumerate(self.partitions):
             sel = part == i
             if sel.any():
-                outcomes.append(
-                    ledger.merge(roots[sel], *[c[sel] if c is not None else None for c in columns])
-                )
-        return Outcome(
-            Settled.concat([o.completed for o in outcomes]), Settled.concat([o.failed for o in outcomes])
-        )
+                outcomes.append(ledger.merge(roots[sel], *[c[sel] if c is not None else None for c in columns]))
+        return Outcome(Settled.concat([o.completed for o in outcomes]), Settled.concat([o.failed for o in outcomes]))
 
     def rotate(self) -> Settled:
         return Settled.concat([p.rotate() for p in self.partitions])

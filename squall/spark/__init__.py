@@ -1,0 +1,6 @@
+"""The Spark runtime: waves of bolt stages on Spark, driven from the driver."""
+
+from squall.spark.cluster import LocalCluster
+from squall.spark.records import EmitError, SerializationError
+
+__all__ = ["EmitError", "LocalCluster", "SerializationError"]

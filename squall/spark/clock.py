@@ -1,0 +1,30 @@
+"""Time sources: the wall clock, or simulated time for tests."""
+
+from __future__ import annotations
+
+import time
+
+
+class Clock:
+    def now(self) -> float:
+        raise NotImplementedError
+
+
+class RealClock(Clock):
+    def now(self) -> float:
+        return time.monotonic()
+
+
+class SimulatedClock(Clock):
+    """Time that moves only when told to."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def set(self, when: float) -> None:
+        if when < self._now:
+            raise ValueError(f"simulated time cannot go back from {self._now} to {when}")
+        self._now = when

@@ -1,0 +1,156 @@
+"""What travels between tasks in a wave, and the checks every emit goes through.
+
+A delivered tuple travels as ``(values, source_component, source_task, stream,
+anchors_to_ids)``. Task outputs are tagged tuples (see ``Out``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import pickle
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from squall.model.components import DEFAULT_STREAM
+from squall.model.errors import SquallError
+from squall.model.fields import Fields
+from squall.model.topology import Topology
+from squall.model.tuple import TICK_COMPONENT, TICK_STREAM, Tuple
+
+TICK_FIELDS = Fields("rate_secs")
+
+
+class Out:
+    """Tags of a bolt task's output records."""
+
+    STATE = "S"  # (STATE, snapshot)                 keyed by this task's index
+    EMIT = "E"  # (EMIT, component, record)           keyed by the target task's index
+    ACK = "A"  # (ACK, xor, failed, reset)                keyed by root
+    STATUS = "X"  # (STATUS, TaskStatus, captured emits)  keyed by ("status", component, task)
+
+
+class SerializationError(SquallError, TypeError):
+    """An emitted value that cannot be sent between tasks."""
+
+
+class EmitError(SquallError, ValueError):
+    """An emit that does not match what the component declared."""
+
+
+_SAFE_SCALARS = (
+    str,
+    int,
+    float,
+    bool,
+    bytes,
+    type(None),
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    decimal.Decimal,
+    uuid.UUID,
+)
+
+
+def _serializable(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, _SAFE_SCALARS):
+        return True
+    if depth < 3 and isinstance(value, (tuple, list, set, frozenset)):
+        return all(_serializable(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return all(_serializable(k, depth + 1) and _serializable(v, depth + 1) for k, v in value.items())
+    try:
+        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    return True
+
+
+def check_emit(topology: Topology, component: str, stream: str, values: Any) -> tuple:
+    """The values as a tuple, or an error naming the component, stream and field at fault."""
+    streams = topology.components[component].streams
+    if stream not in streams:
+        raise EmitError(
+            f"component {component!r} emitted on undeclared stream {stream!r}; "
+            f"it declares {sorted(streams) or 'no streams'}"
+        )
+    if not isinstance(values, (list, tuple)):
+        raise EmitError(
+            f"component {component!r} emitted {type(values).__name__} on stream {stream!r}: "
+            "values must be a list or tuple"
+        )
+    fields = streams[stream]
+    if len(values) != len(fields):
+        raise EmitError(
+            f"component {component!r} emitted {len(values)} value(s) on stream {stream!r}, "
+            f"which declares {len(fields)} field(s) {list(fields)}"
+        )
+    for name, value in zip(fields, values, strict=True):
+        if not _serializable(value):
+            raise SerializationError(
+                f"component {component!r} emitted on stream {stream!r} a value that cannot be "
+                f"serialized: field {name!r} is a {type(value).__name__} ({value!r:.60})"
+            )
+    return tuple(values)
+
+
+def to_tuple(topology: Topology, record: tuple) -> Tuple:
+    values, component, task, stream, anchors_to_ids = record
+    if component == TICK_COMPONENT:
+        fields = TICK_FIELDS
+    else:
+        fields = topology.components[component].streams[stream]
+    return Tuple(values, fields, component, task, stream, anchors_to_ids)
+
+
+def tick_record(freq: float) -> tuple:
+    return ((freq,), TICK_COMPONENT, -1, TICK_STREAM, {})
+
+
+def direct_target(topology: Topology, component: str, stream: str, task: int) -> str:
+    """The bolt that receives ``emit_direct(task, ...)`` on ``stream``; errors name what is wrong."""
+    if not topology.is_direct_stream(component, stream):
+        raise EmitError(
+            f"component {component!r} called emit_direct on stream {stream!r}, "
+            "which no bolt subscribes to with direct_grouping"
+        )
+    for bolt, _ in topology.subscribers(component, stream):
+        if task in topology.task_ids(bolt):
+            return bolt
+    readers = {b: list(topology.task_ids(b)) for b, _ in topology.subscribers(component, stream)}
+    raise EmitError(
+        f"component {component!r} called emit_direct to task {task} on stream {stream!r}, "
+        f"which is not a task of a subscriber: {readers}"
+    )
+
+
+def route(topology: Topology, routers: dict, component: str, task: int, stream: str, values: Sequence):
+    """``[(bolt, target_task), ...]`` for a plain emit, using (and filling) the routers cache."""
+    if topology.is_direct_stream(component, stream):
+        raise EmitError(f"component {component!r} emitted on direct stream {stream!r}; use emit_direct(task, ...)")
+    targets = []
+    for bolt, sub in topology.subscribers(component, stream):
+        key = (bolt, stream)
+        router = routers.get(key)
+        if router is None:
+            router = routers[key] = sub.grouping.router(
+                task, topology.task_ids(bolt), topology.stream_fields(component, stream)
+            )
+        targets.extend((bolt, t) for t in router(values))
+    return targets
+
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "TICK_STREAM",
+    "EmitError",
+    "Out",
+    "SerializationError",
+    "check_emit",
+    "direct_target",
+    "route",
+    "tick_record",
+    "to_tuple",
+]
