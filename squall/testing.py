@@ -29,6 +29,7 @@ class _FeederState:
         self.queue: deque[tuple[tuple, Any]] = deque()
         self.acked: set = set()
         self.failed: set = set()
+        self.calls: list[tuple[str, Any]] = []  # every ack/fail call, in order
         self.lock = threading.Lock()
 
 
@@ -75,11 +76,18 @@ class FeederSpout(Spout):
             values, msg_id = self._state.queue.popleft()
         self._collector.emit(values, msg_id=msg_id)
 
+    @property
+    def calls(self) -> list[tuple[str, Any]]:
+        """Every ``("ack" | "fail", msg_id)`` call received, in order."""
+        return self._state.calls
+
     def ack(self, msg_id: Any) -> None:
         self._state.acked.add(msg_id)
+        self._state.calls.append(("ack", msg_id))
 
     def fail(self, msg_id: Any) -> None:
         self._state.failed.add(msg_id)
+        self._state.calls.append(("fail", msg_id))
 
 
 class FixedTupleSpout(FeederSpout):
@@ -130,6 +138,7 @@ class TestCluster(LocalCluster):
         if seconds < 0:
             raise ValueError("advance_time needs seconds >= 0")
         target = self.clock.now() + seconds
+        self.wait_idle()  # what was fed before the call is emitted at the current time
         while True:
             due = [t for t in (run.next_timer() for run in self.runs.values()) if t is not None]
             if not due or min(due) > target:

@@ -1,0 +1,226 @@
+"""Spouts and bolts shared by the runtime tests (imported by Spark's workers by name)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from squall import BasicBolt, Bolt, FailedException, Spout
+
+
+class AckEveryOther(Bolt):
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.seen = 0
+
+    def execute(self, tup):
+        self.seen += 1
+        if self.seen % 2 == 1:
+            self.collector.ack(tup)
+
+
+class Identity(BasicBolt):
+    outputs = ("v",)
+
+    def execute(self, tup, collector):
+        collector.emit(list(tup.values))
+
+
+class Branch(BasicBolt):
+    """Emits two tuples per input, both anchored to it."""
+
+    outputs = ("v",)
+
+    def execute(self, tup, collector):
+        collector.emit([f"{tup[0]}-a"])
+        collector.emit([f"{tup[0]}-b"])
+
+
+class Aggregate(Bolt):
+    """Holds inputs until it has ``n``, then emits one tuple anchored to all of them and acks them."""
+
+    outputs = ("batch",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.held = []
+
+    def execute(self, tup):
+        self.held.append(tup)
+        if len(self.held) == self.n:
+            self.collector.emit([tuple(sorted(t[0] for t in self.held))], anchors=self.held)
+            for t in self.held:
+                self.collector.ack(t)
+            self.held = []
+
+
+class AckAll(Bolt):
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.ack(tup)
+
+
+class FailAll(Bolt):
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.fail(tup)
+
+
+class AnchorTwice(Bolt):
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit([tup[0]], anchors=[tup, tup])
+        self.collector.ack(tup)
+
+
+class EmitUnanchored(Bolt):
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit([tup[0]])
+        self.collector.ack(tup)
+
+
+class HoldAndRelease(Bolt):
+    """Holds every input; on each tick optionally resets their timeouts, and acks them all
+    on tick number ``release_on_tick``."""
+
+    outputs = ("v",)
+
+    def __init__(self, reset: bool, release_on_tick: int) -> None:
+        self.reset, self.release_on_tick = reset, release_on_tick
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.held = []
+        self.ticks = 0
+
+    def execute(self, tup):
+        if not tup.is_tick:
+            self.held.append(tup)
+            return
+        self.ticks += 1
+        if self.ticks == self.release_on_tick:
+            for t in self.held:
+                self.collector.ack(t)
+            self.held = []
+        elif self.reset:
+            for t in self.held:
+                self.collector.reset_timeout(t)
+
+
+class Hold(Bolt):
+    """Holds inputs; acks everything it holds when it receives a tick."""
+
+    outputs = ("v",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.held = []
+
+    def execute(self, tup):
+        if tup.is_tick:
+            for t in self.held:
+                self.collector.ack(t)
+            self.held = []
+        else:
+            self.held.append(tup)
+
+
+class TaskRecorder(BasicBolt):
+    """Emits ``(task_id, value)`` for every input: where each tuple landed."""
+
+    outputs = ("task", "v")
+
+    def prepare(self, conf, context):
+        self.task = context.task_id
+
+    def execute(self, tup, collector):
+        collector.emit([self.task, tup[0]])
+
+
+class NoMsgIdSpout(Spout):
+    outputs = ("v",)
+
+    def __init__(self, values):
+        self.values = list(values)
+        self.acked, self.failed = [], []
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.values:
+            self.collector.emit([self.values.pop(0)])
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id):
+        self.failed.append(msg_id)
+
+
+class SplitSentence(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector):
+        for word in tup[0].split():
+            collector.emit([word])
+
+
+class WordCount(BasicBolt):
+    outputs = ("word", "count")
+
+    def prepare(self, conf, context):
+        self.counts = {}
+
+    def execute(self, tup, collector):
+        word = tup["word"]
+        self.counts[word] = self.counts.get(word, 0) + 1
+        collector.emit([word, self.counts[word]])
+
+
+class CrashOnce(BasicBolt):
+    """Kills its Python worker (``os._exit``) on the first word ``crash``, once per marker file."""
+
+    outputs = ("word",)
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def execute(self, tup, collector):
+        if tup[0] == "crash" and not Path(self.marker).exists():
+            Path(self.marker).write_text("crashed")
+            os._exit(1)
+        collector.emit([tup[0]])
+
+
+class FailOnWord(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector):
+        if tup[0] == "bad":
+            raise FailedException("bad word")
+        if tup[0] == "boom":
+            raise ZeroDivisionError("boom")
+        collector.emit([tup[0]])

@@ -1,0 +1,32 @@
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+# Spark's Python workers import the bolts defined in test modules by name.
+_TESTS = str(Path(__file__).parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkContext (local mode, 2 cores) shared by every runtime test."""
+    from squall.spark.context import spark_context
+
+    sc, _ = spark_context("local[2]", app_name="squall-tests")
+    yield sc
+    sc.stop()
+
+
+@pytest.fixture
+def cluster(spark):
+    from squall.testing import TestCluster
+
+    with TestCluster() as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def _quiet_py4j():
+    logging.getLogger("py4j").setLevel(logging.WARNING)
