@@ -224,3 +224,82 @@ class FailOnWord(BasicBolt):
         if tup[0] == "boom":
             raise ZeroDivisionError("boom")
         collector.emit([tup[0]])
+
+
+class DirectEmitter(Bolt):
+    """Sends each input to the task named in its second field, with emit_direct."""
+
+    outputs = {"direct": ("v",)}
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.emit_direct(tup[1], [tup[0]], anchors=tup, stream="direct")
+        self.collector.ack(tup)
+
+
+class Router(BasicBolt):
+    """Even numbers to the "even" stream, odd to "odd"."""
+
+    outputs = {"even": ("n",), "odd": ("n", "half")}
+
+    def execute(self, tup, collector):
+        n = tup[0]
+        if n % 2 == 0:
+            collector.emit([n], stream="even")
+        else:
+            collector.emit([n, n // 2], stream="odd")
+
+
+class StreamRecorder(BasicBolt):
+    outputs = ("stream", "values")
+
+    def execute(self, tup, collector):
+        collector.emit([tup.source_stream, tup.values])
+
+
+class TickCounter(Bolt):
+    outputs = ("ticks",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.ticks = 0
+
+    def execute(self, tup):
+        if tup.is_tick:
+            self.ticks += 1
+            self.collector.emit([self.ticks])
+        else:
+            self.collector.ack(tup)
+
+
+class PrepareCounter(BasicBolt):
+    """Counts how often prepare ran and how many tuples this instance has seen."""
+
+    outputs = ("task", "prepares", "seen")
+
+    def prepare(self, conf, context):
+        self.task = context.task_id
+        self.prepares = getattr(self, "prepares", 0) + 1
+        self.seen = 0
+        self.connection = open(os.devnull)  # unpicklable: rebuilt by prepare, never snapshotted
+
+    def execute(self, tup, collector):
+        self.seen += 1
+        assert not self.connection.closed
+        collector.emit([self.task, self.prepares, self.seen])
+
+
+class Unserializable(BasicBolt):
+    outputs = ("v",)
+
+    def execute(self, tup, collector):
+        if tup[0] == "lambda":
+            collector.emit([lambda: 1])
+        elif tup[0] == "wrong-arity":
+            collector.emit([1, 2])
+        elif tup[0] == "undeclared":
+            collector.emit([1], stream="nope")
+        else:
+            collector.emit([tup[0]])
