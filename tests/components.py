@@ -283,7 +283,7 @@ class PrepareCounter(BasicBolt):
         self.task = context.task_id
         self.prepares = getattr(self, "prepares", 0) + 1
         self.seen = 0
-        self.connection = open(os.devnull)  # unpicklable: rebuilt by prepare, never snapshotted
+        self.connection = open(os.devnull)  # noqa: SIM115 - unpicklable: rebuilt by prepare, never snapshotted
 
     def execute(self, tup, collector):
         self.seen += 1

@@ -45,7 +45,7 @@ def test_every_grouping_reaches_the_exact_tasks(spark):
     for comp, n in (("shuffle", 4), ("none", 3), ("local", 3)):
         assert sorted(w for _, w in out[comp]) == sorted(WORDS)
         per_task = Counter(t for t, _ in out[comp])
-        assert set(per_task) == set(tasks[comp])
+        assert set(per_task) == set(tasks[comp]) and len(per_task) == n
         assert max(per_task.values()) - min(per_task.values()) <= 1, per_task
 
 
@@ -160,7 +160,7 @@ def test_task_state_survives_waves_and_prepare_runs_once_per_instance(cluster):
     b.set_bolt("count", WordCount(), 2).fields_grouping("s", ["word"])
     b.set_bolt("prep", PrepareCounter(), 2).shuffle_grouping("s")
     run = cluster.submit_for_capture("state", {"squall.state.checkpoint.interval": 2}, b.build())
-    for wave in range(5):
+    for _ in range(5):
         for word in ["a", "b", "a"]:
             feeder.feed([word])
         cluster.wait_idle()
