@@ -1,0 +1,271 @@
+"""An embedded reliable queue with Kestrel's semantics, on SQLite, and a spout that reads it.
+
+``ReliableQueue`` needs no server: any number of processes on one machine share
+it through a SQLite file.
+
+* ``put(payload)`` appends a JSON-serializable payload.
+* ``open()`` hands out the oldest ready message and marks it pending for this
+  consumer, with a unique id; no other consumer sees it while it is pending.
+* ``ack(id)`` removes it; ``abort(id)`` puts it back at the head of the queue.
+* When a consumer closes, or its process dies, its pending messages go back on
+  the queue. A consumer on this host is dead when its process is gone; a
+  consumer elsewhere is dead when it has not been heard from for ``lease_secs``.
+
+Payloads are JSON, never pickle: a queue file is outside the process tree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from squall.model.components import Spout
+from squall.model.fields import Fields, as_fields
+
+log = logging.getLogger("squall.queue")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    body TEXT NOT NULL,
+    consumer TEXT,            -- NULL: ready; else the consumer holding it pending
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    dead_reason TEXT          -- set when the message was moved aside as malformed
+);
+CREATE INDEX IF NOT EXISTS ready ON messages (queue, consumer, id) WHERE dead_reason IS NULL;
+CREATE TABLE IF NOT EXISTS consumers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    pid_started TEXT,
+    heartbeat REAL NOT NULL
+);
+"""
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` (to tell a reused pid apart), where /proc has it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive_here(pid: int, started: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started is None or _process_start(pid) in (None, started)
+
+
+class ReliableQueue:
+    """One consumer's connection to a named queue in a SQLite file."""
+
+    def __init__(self, path: str | os.PathLike, queue: str = "default", lease_secs: float = 60.0) -> None:
+        self.path, self.queue, self.lease_secs = str(path), queue, lease_secs
+        self.consumer = uuid.uuid4().hex
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._pid = os.getpid()
+        self._db.execute(
+            "INSERT INTO consumers VALUES (?, ?, ?, ?, ?)",
+            (self.consumer, socket.gethostname(), self._pid, _process_start(self._pid), time.time()),
+        )
+        self._last_reclaim = 0.0
+        self.reclaim()
+
+    # -- producing -----------------------------------------------------------
+    def put(self, payload: Any) -> int:
+        return self.put_many([payload])[0]
+
+    def put_many(self, payloads: Iterable[Any]) -> list[int]:
+        bodies = [json.dumps(p) for p in payloads]
+        with self._tx():
+            return [
+                self._db.execute("INSERT INTO messages (queue, body) VALUES (?, ?)", (self.queue, b)).lastrowid
+                for b in bodies
+            ]
+
+    def put_raw(self, body: str) -> int:
+        """Append a body as it is, unchecked (as a foreign producer might)."""
+        with self._tx():
+            return self._db.execute("INSERT INTO messages (queue, body) VALUES (?, ?)", (self.queue, body)).lastrowid
+
+    # -- consuming -----------------------------------------------------------
+    def open(self) -> tuple[int, str] | None:
+        """The oldest ready message as ``(id, body)``, now pending for this consumer; None if empty.
+
+        ``body`` is the stored JSON text; decode it with ``json.loads``.
+        """
+        if time.time() - self._last_reclaim > 1.0:
+            self.reclaim()
+        with self._tx():
+            row = self._db.execute(
+                "SELECT id, body FROM messages WHERE queue = ? AND consumer IS NULL AND dead_reason IS NULL"
+                " ORDER BY id LIMIT 1",
+                (self.queue,),
+            ).fetchone()
+            if row is None:
+                return None
+            self._db.execute(
+                "UPDATE messages SET consumer = ?, deliveries = deliveries + 1 WHERE id = ?", (self.consumer, row[0])
+            )
+            self._db.execute("UPDATE consumers SET heartbeat = ? WHERE id = ?", (time.time(), self.consumer))
+        return row[0], row[1]
+
+    def ack(self, message_id: int) -> None:
+        with self._tx():
+            self._db.execute("DELETE FROM messages WHERE id = ? AND consumer = ?", (message_id, self.consumer))
+
+    def abort(self, message_id: int) -> None:
+        with self._tx():
+            self._db.execute(
+                "UPDATE messages SET consumer = NULL WHERE id = ? AND consumer = ?", (message_id, self.consumer)
+            )
+
+    def dead_letter(self, message_id: int, reason: str) -> None:
+        """Set a malformed message aside for good: it is never handed out again."""
+        with self._tx():
+            self._db.execute("UPDATE messages SET consumer = NULL, dead_reason = ? WHERE id = ?", (reason, message_id))
+
+    def close(self) -> None:
+        """Put this consumer's pending messages back on the queue and leave."""
+        with self._tx():
+            self._db.execute("UPDATE messages SET consumer = NULL WHERE consumer = ?", (self.consumer,))
+            self._db.execute("DELETE FROM consumers WHERE id = ?", (self.consumer,))
+        self._db.close()
+
+    def reclaim(self) -> int:
+        """Put back the pending messages of consumers that died; returns how many."""
+        self._last_reclaim = now = time.time()
+        host = socket.gethostname()
+        with self._tx():
+            dead = [
+                cid
+                for cid, chost, pid, started, heartbeat in self._db.execute("SELECT * FROM consumers").fetchall()
+                if cid != self.consumer
+                and (not _alive_here(pid, started) if chost == host else now - heartbeat > self.lease_secs)
+            ]
+            moved = 0
+            for cid in dead:
+                moved += self._db.execute("UPDATE messages SET consumer = NULL WHERE consumer = ?", (cid,)).rowcount
+                self._db.execute("DELETE FROM consumers WHERE id = ?", (cid,))
+        if moved:
+            log.info(
+                "queue %s: %d pending message(s) of %d dead consumer(s) back on the queue", self.queue, moved, len(dead)
+            )
+        return moved
+
+    # -- inspection ----------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        rows = self._db.execute(
+            "SELECT CASE WHEN dead_reason IS NOT NULL THEN 'dead' WHEN consumer IS NULL THEN 'ready'"
+            " ELSE 'pending' END, count(*) FROM messages WHERE queue = ? GROUP BY 1",
+            (self.queue,),
+        ).fetchall()
+        return {"ready": 0, "pending": 0, "dead": 0, **dict(rows)}
+
+    def _tx(self):
+        return _Transaction(self._db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+class MalformedMessage(ValueError):
+    pass
+
+
+def decode_values(body: str, fields: Fields) -> tuple:
+    """A JSON message as tuple values: a list of them, an object keyed by field, or a lone value."""
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise MalformedMessage(f"invalid JSON: {exc}") from None
+    if isinstance(payload, dict):
+        missing = [f for f in fields if f not in payload]
+        if missing:
+            raise MalformedMessage(f"object lacks field(s) {missing}; expected {list(fields)}")
+        return tuple(payload[f] for f in fields)
+    if isinstance(payload, list):
+        if len(payload) != len(fields):
+            raise MalformedMessage(f"{len(payload)} value(s) for {len(fields)} field(s) {list(fields)}")
+        return tuple(payload)
+    if len(fields) == 1:
+        return (payload,)
+    raise MalformedMessage(f"a lone value for {len(fields)} fields {list(fields)}")
+
+
+class QueueSpout(Spout):
+    """Emits each message of a ``ReliableQueue`` with the queue's message id as its msg id.
+
+    Guarantee: at-least-once. ``ack`` removes the message; ``fail`` aborts it, so
+    the queue hands it out again; if the spout's process dies, the queue puts its
+    pending messages back. Malformed messages (invalid JSON, the wrong number of
+    fields) are reported, set aside in the queue (``dead``) and never emitted.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, queue: str = "default", fields: Sequence[str] | Fields = ("value",)
+    ) -> None:
+        self.path, self.queue = str(path), queue
+        self.outputs = as_fields(fields)
+        self.malformed = 0
+
+    def open(self, conf, context, collector) -> None:
+        self._collector = collector
+        self._queue = ReliableQueue(self.path, self.queue)
+        self._component = context.component_id
+
+    def next_tuple(self) -> None:
+        while True:
+            message = self._queue.open()
+            if message is None:
+                return
+            message_id, body = message
+            try:
+                values = decode_values(body, self.outputs)
+            except MalformedMessage as exc:
+                self.malformed += 1
+                log.error(
+                    "spout %s: queue %s message %d is malformed (%s); set aside, not emitted",
+                    self._component,
+                    self.queue,
+                    message_id,
+                    exc,
+                )
+                self._queue.dead_letter(message_id, str(exc))
+                continue
+            self._collector.emit(values, msg_id=message_id)
+            return
+
+    def ack(self, msg_id: int) -> None:
+        self._queue.ack(msg_id)
+
+    def fail(self, msg_id: int) -> None:
+        self._queue.abort(msg_id)
+
+    def close(self) -> None:
+        self._queue.close()
