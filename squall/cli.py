@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -9,17 +10,41 @@ import click
 
 @click.group()
 @click.version_option(package_name="squall")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="log squall's progress")
+def main(verbose: bool) -> None:
     """squall: Storm's processing guarantees for Python, on Apache Spark."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="config, repeatable")
+@click.option("--master", help="Spark master URL (default local[*]); same as --conf squall.spark.master=URL")
+@click.option("--name", help="topology name (default: the file's NAME, or its stem)")
+@click.option("--duration", type=float, help="stop after this many seconds")
+@click.option(
+    "--idle-secs",
+    type=float,
+    default=3.0,
+    show_default=True,
+    help="stop once no tree is pending and nothing has moved for this long (0: run until interrupted)",
+)
+def run(path, conf_pairs, master, name, duration, idle_secs) -> None:
+    """Run the topology a file declares, with progress and a closing summary."""
+    from squall.runner import run_file
+
+    run_file(path, list(conf_pairs), master, name, duration, idle_secs)
 
 
 @main.command()
 @click.option("--sentence", default="the cow jumped over the moon", show_default=True)
 def demo(sentence: str) -> None:
-    """Walk one sentence of the word-count topology through the groupings and the XOR acker."""
-    from squall.demo import run
+    """Walk one sentence of the word-count topology through the groupings and the XOR acker, without Spark."""
+    from squall.demo import run as run_demo
 
-    sys.exit(0 if run(sentence=sentence) else 1)
+    sys.exit(0 if run_demo(sentence=sentence) else 1)
 
 
 if __name__ == "__main__":

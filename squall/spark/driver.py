@@ -112,6 +112,7 @@ class TopologyRun:
         self.timeout: float = self.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         self.timeouts = self.conf[cfg.TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS]
         self.started_at = clock.now()
+        self.last_activity = self.started_at
         self.next_rotation = self.started_at + self.timeout
         self.wave = 0
         self._seed = IdGenerator().next_id()
@@ -253,7 +254,13 @@ class TopologyRun:
         if delivered:
             self._run_bolts(records)
         self.stats.pending = len(self.pending)
+        if emits or self.stats.pending:
+            self.last_activity = self.clock.now()
         return WaveInfo(emits, delivered)
+
+    def idle_for(self) -> float:
+        """Seconds since a spout last emitted or a tree was pending (ticks do not count)."""
+        return 0.0 if len(self.pending) else self.clock.now() - self.last_activity
 
     def _run_bolts(self, records: dict[str, dict[int, list[tuple]]]) -> None:
         self.wave += 1

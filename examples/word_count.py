@@ -1,0 +1,131 @@
+"""Word count, the topology of Storm's "Guaranteeing message processing".
+
+    sentences (queue) --shuffle--> split --fields("word")--> count --> SQLite
+
+Sentences come from squall's embedded reliable queue, filled with sample
+sentences on the first run. ``count`` keeps its counts as task state and, on
+each tick, writes the counts that changed to a SQLite table and only then acks
+the tuples it held: a word is acked once its count is stored.
+
+    squall run examples/word_count.py [--conf example.dir=PATH] [--conf example.sentences=N]
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from squall import BasicBolt, Bolt, Fields, TopologyBuilder
+from squall.connectors import QueueSpout, ReliableQueue
+
+NAME = "word-count"
+CONF = {
+    "example.dir": ".squall-data",
+    "example.sentences": 2000,
+    "topology.message.timeout.secs": 30,
+    "topology.max.spout.pending": 500,
+}
+
+SENTENCES = [
+    "the cow jumped over the moon",
+    "an apple a day keeps the doctor away",
+    "four score and seven years ago",
+    "snow white and the seven dwarfs",
+    "i am at two with nature",
+]
+
+
+class SplitSentence(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector):
+        for word in tup["sentence"].split(" "):
+            collector.emit([word])
+
+
+class WordCount(Bolt):
+    """Counts words; every tick, stores the changed counts and acks what it held."""
+
+    outputs = ("word", "count")
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+        self.counts: dict[str, int] = {}
+        self.dirty: set[str] = set()
+        self.held = []
+        self.db = sqlite3.connect(self.db_path, timeout=30)  # rebuilt wherever the task runs
+        self.db.execute("PRAGMA journal_mode=WAL")
+
+    def execute(self, tup):
+        if tup.is_tick:
+            self.flush()
+            return
+        word = tup["word"]
+        self.counts[word] = self.counts.get(word, 0) + 1
+        self.dirty.add(word)
+        self.held.append(tup)
+        self.collector.emit([word, self.counts[word]], anchors=tup)
+
+    def flush(self):
+        if self.dirty:
+            with self.db:
+                self.db.executemany(
+                    "INSERT INTO word_counts (word, count) VALUES (?, ?)"
+                    " ON CONFLICT(word) DO UPDATE SET count = excluded.count",
+                    [(w, self.counts[w]) for w in sorted(self.dirty)],
+                )
+        for tup in self.held:
+            self.collector.ack(tup)
+        self.dirty.clear()
+        self.held = []
+
+
+def paths(conf) -> tuple[str, str]:
+    base = Path(conf["example.dir"])
+    base.mkdir(parents=True, exist_ok=True)
+    return str(base / "sentences.sqlite"), str(base / "word_counts.sqlite")
+
+
+def fill_queue_once(queue_path: str, count: int) -> int:
+    """Put ``count`` sample sentences on the queue, the first time only."""
+    queue = ReliableQueue(queue_path, "sentences")
+    try:
+        with queue._db as db:
+            db.execute("CREATE TABLE IF NOT EXISTS filled (n INTEGER)")
+            if db.execute("SELECT count(*) FROM filled").fetchone()[0]:
+                return 0
+            db.execute("INSERT INTO filled VALUES (?)", (count,))
+        queue.put_many([SENTENCES[i % len(SENTENCES)]] for i in range(count))
+        return count
+    finally:
+        queue.close()
+
+
+def build_topology(conf):
+    queue_path, db_path = paths(conf)
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS word_counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL)")
+    fill_queue_once(queue_path, int(conf["example.sentences"]))
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", QueueSpout(queue_path, "sentences", fields=["sentence"]))
+    builder.set_bolt("split", SplitSentence(), 4).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(os.path.abspath(db_path)), 4).fields_grouping(
+        "split", Fields("word")
+    ).add_configuration("topology.tick.tuple.freq.secs", 1)
+    return builder.build()
+
+
+def summary(conf, console):
+    queue_path, db_path = paths(conf)
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT word, count FROM word_counts ORDER BY count DESC, word LIMIT 8").fetchall()
+        total = db.execute("SELECT coalesce(sum(count), 0) FROM word_counts").fetchone()[0]
+    queue = ReliableQueue(queue_path, "sentences")
+    left = queue.counts()
+    queue.close()
+    console.print(f"words counted in {db_path}: {total}; top: " + ", ".join(f"{w}={c}" for w, c in rows))
+    console.print(f"queue {queue_path}: {left['ready']} ready, {left['pending']} pending, {left['dead']} set aside")

@@ -1,0 +1,144 @@
+"""``squall run``: load a topology file, run it on Spark, show progress and a summary.
+
+A topology file defines ``build_topology(conf)`` returning a built topology (or a
+module-level ``topology``), and may define ``CONF`` (defaults, overridden by
+``--conf``), ``NAME``, and ``summary(conf, console)`` to report results at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pyspark import cloudpickle
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from squall.model import config as cfg
+from squall.model.errors import SquallError
+from squall.model.topology import Topology
+from squall.spark.driver import TopologyRun
+from squall.spark.stats import RunStats
+
+
+def parse_conf_pairs(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values are read as JSON where they parse (numbers, true, null), else strings."""
+    conf = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SquallError(f"--conf expects key=value, got {pair!r}")
+        try:
+            conf[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            conf[key] = raw
+    return conf
+
+
+def load_module(path: str | Path) -> ModuleType:
+    path = Path(path).resolve()
+    name = f"squall_topology_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SquallError(f"cannot load a topology from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)  # Spark's workers cannot import it by name
+    return module
+
+
+def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
+    if hasattr(module, "build_topology"):
+        topology = module.build_topology(conf)
+    elif hasattr(module, "topology"):
+        topology = module.topology
+    else:
+        raise SquallError(f"{module.__file__} defines neither build_topology(conf) nor topology")
+    if not isinstance(topology, Topology):
+        raise SquallError(f"{module.__file__}: expected a built Topology (call builder.build()), got {topology!r}")
+    return topology
+
+
+def stats_table(stats: RunStats, topology: Topology) -> Table:
+    table = Table("component", "kind", "emitted", "executed", "acked", "failed", "timed out", "errors")
+    for cid, spec in topology.components.items():
+        c = stats.of(cid)
+        table.add_row(
+            cid,
+            spec.kind,
+            str(c.emitted),
+            str(c.executed) if spec.kind == "bolt" else "",
+            str(c.acked),
+            str(c.failed),
+            str(c.timed_out) if spec.kind == "spout" else "",
+            str(c.errors),
+        )
+    table.caption = f"waves {stats.waves} (failed {stats.failed_waves}) · pending trees {stats.pending}"
+    return table
+
+
+def summary_table(run: TopologyRun) -> Table:
+    total = run.stats.spout_totals(list(run.topology.spouts))
+    p50, p99 = total.latency_percentile(50), total.latency_percentile(99)
+    table = Table(
+        "tuples emitted", "acked", "failed", "timed out", "complete latency p50", "p99", title="summary (spout tuples)"
+    )
+    table.add_row(
+        str(total.emitted),
+        str(total.acked),
+        str(total.failed),
+        str(total.timed_out),
+        f"{p50:.0f} ms" if p50 is not None else "-",
+        f"{p99:.0f} ms" if p99 is not None else "-",
+    )
+    return table
+
+
+def run_file(
+    path: str,
+    conf_pairs: list[str],
+    master: str | None,
+    name: str | None,
+    duration: float | None,
+    idle_secs: float,
+    console: Console | None = None,
+) -> TopologyRun:
+    from squall.spark.cluster import LocalCluster
+
+    console = console or Console()
+    module = load_module(path)
+    conf = {**getattr(module, "CONF", {}), **parse_conf_pairs(conf_pairs)}
+    if master:
+        conf[cfg.SQUALL_SPARK_MASTER] = master
+    topology = topology_of(module, conf)
+    name = name or getattr(module, "NAME", Path(path).stem)
+    squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
+    with LocalCluster(squall_conf) as cluster:
+        console.print(f"[bold]squall[/bold] running {name!r} on Spark {cluster.sc.version} ({cluster.sc.master})")
+        run = cluster.submit_topology(name, conf, topology)
+        started = time.monotonic()
+        with Live(stats_table(run.stats, topology), console=console, refresh_per_second=2) as live:
+            try:
+                while True:
+                    time.sleep(0.25)
+                    live.update(stats_table(run.stats, topology))
+                    if duration is not None and time.monotonic() - started >= duration:
+                        break
+                    if idle_secs and run.idle_for() >= idle_secs:
+                        break
+            except KeyboardInterrupt:
+                console.print("interrupted")
+            cluster.kill_topology(name)
+            live.update(stats_table(run.stats, topology))
+    console.print()
+    console.print(summary_table(run))
+    if hasattr(module, "summary"):
+        module.summary(conf, console)
+    return run
