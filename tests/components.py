@@ -303,3 +303,28 @@ class Unserializable(BasicBolt):
             collector.emit([1], stream="nope")
         else:
             collector.emit([tup[0]])
+
+
+class ReplayingSpout(Spout):
+    """Emits queued values with msg ids; a failed message goes back on the queue."""
+
+    outputs = ("v",)
+
+    def __init__(self, values):
+        self.queue = list(values)
+        self.acked, self.fail_calls = [], []
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.queue:
+            v = self.queue.pop(0)
+            self.collector.emit([v], msg_id=v)
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id):
+        self.fail_calls.append(msg_id)
+        self.queue.append(msg_id)

@@ -1,0 +1,119 @@
+"""The seed's failure cases, at the level of the whole system."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from components import CrashOnce, Hold, ReplayingSpout, WordCount
+
+from squall import TopologyBuilder
+from squall.connectors import ReliableQueue
+from squall.testing import FeederSpout
+
+HERE = Path(__file__).parent
+
+
+def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
+    """A bolt kills its Python worker (os._exit); Spark retries the task from the task's saved state."""
+    marker = tmp_path / "crashed"
+    feeder = FeederSpout(["word"])
+    b = TopologyBuilder()
+    b.set_spout("s", feeder)
+    b.set_bolt("crasher", CrashOnce(str(marker)), 2).shuffle_grouping("s")
+    b.set_bolt("count", WordCount(), 2).fields_grouping("crasher", ["word"])
+    run = cluster.submit_for_capture("crash", {}, b.build())
+    words = ["a", "b", "a", "c"] * 5
+    for w in words:
+        feeder.feed([w])
+    cluster.wait_idle()
+    for w in [*words, "crash", *words]:  # this wave loses a worker
+        feeder.feed([w])
+    cluster.wait_idle()
+    assert marker.read_text() == "crashed"
+
+    acks = Counter(m for kind, m in feeder.calls if kind == "ack")
+    assert len(acks) == 3 * len(words) + 1 and set(acks.values()) == {1}  # each acked exactly once
+    assert feeder.failed == set()
+    counted = {}
+    for word, n in run.captured["count"]:
+        counted[word] = max(counted.get(word, 0), n)
+    expected = Counter([*words, *words, "crash", *words])
+    assert all(counted[w] >= expected[w] for w in expected)  # at least once ...
+    assert counted == dict(expected)  # ... and here exactly, as the failed attempt left no trace
+
+
+def test_lost_acker_state_replays_through_timeout(cluster):
+    spout = ReplayingSpout(list(range(12)))
+    b = TopologyBuilder()
+    b.set_spout("s", spout)
+    b.set_bolt("hold", Hold()).shuffle_grouping("s").add_configuration("topology.tick.tuple.freq.secs", 3)
+    conf = {"topology.acker.executors": 2, "topology.message.timeout.secs": 10}
+    run = cluster.submit_topology("lost-acker", conf, b.build())
+    cluster.wait_idle()
+    (task,) = run.spouts
+    spout = task.spout
+    lost_roots = run.ledger.partitions[0].pending_roots().tolist()
+    lost = {run.pending.get(r).msg_id for r in lost_roots}
+    assert 0 < len(lost) < 12
+    assert run.ledger.lose_partition(0) == len(lost)
+
+    cluster.advance_time(3)  # the tick acks every held tuple; only partition 1's trees can complete
+    assert sorted(spout.acked) == sorted(set(range(12)) - lost) and spout.fail_calls == []
+    cluster.advance_time(17)  # t = 20: the spout's own timeout fails the lost trees, which replay
+    assert sorted(spout.fail_calls) == sorted(lost)
+    assert run.stats.of("s").timed_out == len(lost)
+    cluster.advance_time(3)  # the replays are held, then acked at the next tick
+    assert sorted(spout.acked) == list(range(12)) and sorted(spout.fail_calls) == sorted(lost)
+
+
+def _start_driver(conf: dict) -> subprocess.Popen:
+    args = [sys.executable, "-m", "squall.cli", "run", str(HERE / "topologies" / "queue_sink.py"), "--idle-secs", "2"]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    return subprocess.Popen(
+        args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _seen(sink: Path) -> list[str]:
+    try:
+        with sqlite3.connect(sink, timeout=30) as db:
+            return [v for (v,) in db.execute("SELECT value FROM seen")]
+    except sqlite3.OperationalError:
+        return []
+
+
+def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
+    """SIGKILL the whole driver process group mid-run; restart it; nothing is lost."""
+    queue_path, sink = tmp_path / "queue.sqlite", tmp_path / "sink.sqlite"
+    producer = ReliableQueue(queue_path, "q")
+    values = [f"m{i}" for i in range(400)]
+    producer.put_many([v] for v in values)
+    conf = {"test.queue": queue_path, "test.sink": sink}
+
+    first = _start_driver(conf)
+    deadline = time.monotonic() + 240
+    while len(_seen(sink)) < 60:
+        assert first.poll() is None, first.stdout.read()
+        assert time.monotonic() < deadline, "the first driver made no progress"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    left = producer.counts()
+    assert left["pending"] > 0  # the dead driver held messages
+    assert left["ready"] + left["pending"] < len(values)
+
+    second = _start_driver(conf)
+    output, _ = second.communicate(timeout=300)
+    assert second.returncode == 0, output
+    seen = Counter(_seen(sink))
+    assert set(seen) == set(values)  # every message processed at least once
+    assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
+    duplicates = sum(n - 1 for n in seen.values())
+    print(f"messages={len(values)} processed_twice={duplicates}")
