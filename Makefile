@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: example test lint bench setup
+.PHONY: example demo test lint bench setup
 
 setup: $(STAMP)
 
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml scripts/ensure-system-packages.sh
 	touch $@
 
 example: $(STAMP)
+	$(VENV)/bin/squall run examples/word_count.py
+
+demo: $(STAMP)
 	$(VENV)/bin/squall demo
 
 lint: $(STAMP)
@@ -27,3 +30,4 @@ test: lint
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/acker.py
+	$(VENV)/bin/python benchmarks/word_count.py

@@ -328,3 +328,22 @@ class ReplayingSpout(Spout):
     def fail(self, msg_id):
         self.fail_calls.append(msg_id)
         self.queue.append(msg_id)
+
+
+class TaskTaggedSpout(Spout):
+    """Each task emits msg ids tagged with its own task id and records the acks it receives."""
+
+    outputs = ("v",)
+    received: dict = {}  # task id -> msg ids acked on that task (driver side)
+
+    def open(self, conf, context, collector):
+        self.collector, self.task, self.n = collector, context.task_id, 0
+        TaskTaggedSpout.received[self.task] = []
+
+    def next_tuple(self):
+        if self.n < 10:
+            self.n += 1
+            self.collector.emit([self.n], msg_id=(self.task, self.n))
+
+    def ack(self, msg_id):
+        TaskTaggedSpout.received[self.task].append(msg_id)

@@ -199,3 +199,19 @@ def test_identity_chain_acks_each_tuple_once(cluster):
     cluster.wait_idle()
     assert feeder.acked == set(range(50)) and feeder.failed == set()
     assert sorted(m for kind, m in feeder.calls if kind == "ack") == list(range(50))
+
+
+def test_acks_reach_the_exact_spout_task_that_emitted(cluster):
+    from components import TaskTaggedSpout
+
+    b = TopologyBuilder()
+    b.set_spout("s", TaskTaggedSpout(), 3)
+    b.set_bolt("id", Identity(), 2).shuffle_grouping("s")
+    b.set_bolt("ack", AckAll(), 2).fields_grouping("id", ["v"])
+    topo = b.build()
+    cluster.submit_topology("exact-task", {"topology.acker.executors": 2}, topo)
+    cluster.wait_idle()
+    received = TaskTaggedSpout.received
+    assert set(received) == set(topo.task_ids("s"))
+    for task, msg_ids in received.items():
+        assert sorted(msg_ids) == [(task, n) for n in range(1, 11)]

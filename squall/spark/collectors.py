@@ -11,7 +11,7 @@ from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, fail_messages
-from squall.spark.records import Out, check_emit, direct_target, route
+from squall.spark.records import Out, Routes, check_emit, direct_target
 
 
 @dataclass
@@ -52,7 +52,7 @@ class OutputCollector:
         self._task = task
         self._acking = acking
         self._capture = capture
-        self._routers: dict = {}
+        self._routes = Routes(topology, component, task)
         self._task_index = {t: i for c in topology.components.values() for i, t in enumerate(c.tasks)}
         self.next_id: Callable[[], int] = lambda: 0
         self.out: list[tuple] = []
@@ -78,8 +78,7 @@ class OutputCollector:
     ) -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
         values = check_emit(self._topology, self._component, stream, values)
-        targets = route(self._topology, self._routers, self._component, self._task, stream, values)
-        return self._send(targets, stream, values, anchors)
+        return self._send(self._routes.targets(stream, values), stream, values, anchors)
 
     def emit_direct(
         self,

@@ -34,7 +34,7 @@ from squall.reliability.ledger import Outcome, PartitionedLedger
 from squall.reliability.rotating_map import RotatingMap
 from squall.spark.bolt_task import TaskPlan
 from squall.spark.clock import Clock
-from squall.spark.records import Out, check_emit, direct_target, route, tick_record
+from squall.spark.records import Out, Routes, check_emit, direct_target, tick_record
 from squall.spark.stats import RunStats
 from squall.spark.wave import checkpointed_state, initial_state, run_wave, state_of
 
@@ -62,13 +62,13 @@ class WaveInfo:
 class SpoutOutputCollector:
     def __init__(self, run: TopologyRun, component: str, task: int) -> None:
         self._run, self._component, self._task = run, component, task
-        self._routers: dict = {}
+        self._routes = Routes(run.topology, component, task)
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
         run = self._run
         values = check_emit(run.topology, self._component, stream, values)
-        targets = route(run.topology, self._routers, self._component, self._task, stream, values)
+        targets = self._routes.targets(stream, values)
         return run._spout_emit(self._component, self._task, stream, values, msg_id, targets)
 
     def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:

@@ -54,8 +54,11 @@ _SAFE_SCALARS = (
 )
 
 
+_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 def _serializable(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, _SAFE_SCALARS):
+    if type(value) in _PLAIN or isinstance(value, _SAFE_SCALARS):
         return True
     if depth < 3 and isinstance(value, (tuple, list, set, frozenset)):
         return all(_serializable(v, depth + 1) for v in value)
@@ -88,7 +91,7 @@ def check_emit(topology: Topology, component: str, stream: str, values: Any) -> 
             f"which declares {len(fields)} field(s) {list(fields)}"
         )
     for name, value in zip(fields, values, strict=True):
-        if not _serializable(value):
+        if type(value) not in _PLAIN and not _serializable(value):
             raise SerializationError(
                 f"component {component!r} emitted on stream {stream!r} a value that cannot be "
                 f"serialized: field {name!r} is a {type(value).__name__} ({value!r:.60})"
@@ -126,20 +129,31 @@ def direct_target(topology: Topology, component: str, stream: str, task: int) ->
     )
 
 
-def route(topology: Topology, routers: dict, component: str, task: int, stream: str, values: Sequence):
-    """``[(bolt, target_task), ...]`` for a plain emit, using (and filling) the routers cache."""
-    if topology.is_direct_stream(component, stream):
-        raise EmitError(f"component {component!r} emitted on direct stream {stream!r}; use emit_direct(task, ...)")
-    targets = []
-    for bolt, sub in topology.subscribers(component, stream):
-        key = (bolt, stream)
-        router = routers.get(key)
-        if router is None:
-            router = routers[key] = sub.grouping.router(
-                task, topology.task_ids(bolt), topology.stream_fields(component, stream)
-            )
-        targets.extend((bolt, t) for t in router(values))
-    return targets
+class Routes:
+    """Where a task's plain emits go, per stream: the subscribers and their groupings' routers."""
+
+    def __init__(self, topology: Topology, component: str, task: int) -> None:
+        self._topology, self._component, self._task = topology, component, task
+        self._by_stream: dict[str, list[tuple[str, Any]]] = {}
+
+    def _routers(self, stream: str) -> list[tuple[str, Any]]:
+        topology, component = self._topology, self._component
+        if topology.is_direct_stream(component, stream):
+            raise EmitError(f"component {component!r} emitted on direct stream {stream!r}; use emit_direct(task, ...)")
+        fields = topology.stream_fields(component, stream)
+        routers = [
+            (bolt, sub.grouping.router(self._task, topology.task_ids(bolt), fields))
+            for bolt, sub in topology.subscribers(component, stream)
+        ]
+        self._by_stream[stream] = routers
+        return routers
+
+    def targets(self, stream: str, values: Sequence) -> list[tuple[str, int]]:
+        """``[(bolt, target_task), ...]`` for a plain emit of ``values`` on ``stream``."""
+        routers = self._by_stream.get(stream)
+        if routers is None:
+            routers = self._routers(stream)
+        return [(bolt, t) for bolt, router in routers for t in router(values)]
 
 
 __all__ = [
@@ -149,8 +163,8 @@ __all__ = [
     "Out",
     "SerializationError",
     "check_emit",
+    "Routes",
     "direct_target",
-    "route",
     "tick_record",
     "to_tuple",
 ]

@@ -1,0 +1,30 @@
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+
+from squall.runner import load_module, run_file
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "word_count.py"
+
+
+def test_word_count_example_counts_every_word_exactly(spark, tmp_path):
+    console = Console(record=True, width=160)
+    conf = [f"example.dir={tmp_path}", "example.sentences=250"]
+    run = run_file(str(EXAMPLE), conf, None, "wc-test", duration=None, idle_secs=1.5, console=console)
+    sentences = load_module(EXAMPLE).SENTENCES
+    expected = Counter(w for i in range(250) for w in sentences[i % len(sentences)].split(" "))
+    with sqlite3.connect(tmp_path / "word_counts.sqlite") as db:
+        stored = dict(db.execute("SELECT word, count FROM word_counts"))
+    assert stored == dict(expected)
+    spout = run.stats.of("sentences")
+    assert (spout.emitted, spout.acked, spout.failed, spout.timed_out) == (250, 250, 0, 0)
+    text = console.export_text()
+    assert "tuples emitted" in text and "complete latency p50" in text
+    assert "0 ready, 0 pending, 0 set aside" in text
+
+    # A second run finds the queue already filled and drained: nothing more is counted.
+    run_file(str(EXAMPLE), conf, None, "wc-again", duration=None, idle_secs=1.0, console=console)
+    with sqlite3.connect(tmp_path / "word_counts.sqlite") as db:
+        assert dict(db.execute("SELECT word, count FROM word_counts")) == dict(expected)
