@@ -11,26 +11,16 @@ from __future__ import annotations
 import argparse
 import operator
 import time
+from pathlib import Path
 
 from squall import BasicBolt, TopologyBuilder
+from squall.runner import load_module
 from squall.spark.context import spark_context
 from squall.testing import FeederSpout, TestCluster
 
-SENTENCES = [
-    "the cow jumped over the moon",
-    "an apple a day keeps the doctor away",
-    "four score and seven years ago",
-    "snow white and the seven dwarfs",
-    "i am at two with nature",
-]
-
-
-class Split(BasicBolt):
-    outputs = ("word",)
-
-    def execute(self, tup, collector):
-        for word in tup[0].split(" "):
-            collector.emit([word])
+# The example's sentences and split bolt; its count bolt writes to SQLite, this one only counts.
+EXAMPLE = load_module(Path(__file__).parent.parent / "examples" / "word_count.py")
+SENTENCES, Split = EXAMPLE.SENTENCES, EXAMPLE.SplitSentence
 
 
 class Count(BasicBolt):

@@ -24,13 +24,6 @@ class TaskStatus:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
 
-    def merge(self, other: TaskStatus) -> None:
-        self.executed += other.executed
-        self.emitted += other.emitted
-        self.acked += other.acked
-        self.failed += other.failed
-        self.errors.extend(other.errors)
-
 
 def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
     if anchors is None:

@@ -289,12 +289,7 @@ class TopologyRun:
         log.debug("wave %d ran in %.3fs", self.wave, time.monotonic() - started)
         self._keep_state(result.outputs, inputs)
         for (component, _task), status in result.status.items():
-            stats = self.stats.of(component)
-            stats.executed += status.executed
-            stats.emitted += status.emitted
-            stats.acked += status.acked
-            stats.failed += status.failed
-            stats.errors += len(status.errors)
+            self.stats.of(component).add(status)
             for text in status.errors:
                 log.error("bolt error in topology %s: %s", self.name, text)
         for (component, _task), values in sorted(result.captured.items()):

@@ -17,6 +17,14 @@ class ComponentStats:
     errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
 
+    def add(self, status) -> None:
+        """Fold in one task's ``TaskStatus`` for a wave."""
+        self.executed += status.executed
+        self.emitted += status.emitted
+        self.acked += status.acked
+        self.failed += status.failed
+        self.errors += len(status.errors)
+
     def latency_percentile(self, q: float) -> float | None:
         if not self.latencies_ms:
             return None
