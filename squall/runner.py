@@ -2,7 +2,9 @@
 
 A topology file defines ``build_topology(conf)`` returning a built topology (or a
 module-level ``topology``), and may define ``CONF`` (defaults, overridden by
-``--conf``), ``NAME``, and ``summary(conf, console)`` to report results at the end.
+``--conf``), ``NAME``, ``summary(conf, console)`` to report results at the end and,
+for a transactional topology, ``on_commit(attempt, tuples, captured, console)``,
+called after each commit with what each commit-phase bolt emitted.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
         topology = module.topology
     else:
         raise SquallError(f"{module.__file__} defines neither build_topology(conf) nor topology")
-    if not isinstance(topology, Topology):
+    from squall.transactional.builder import TransactionalTopology
+
+    if not isinstance(topology, (Topology, TransactionalTopology)):
         raise SquallError(f"{module.__file__}: expected a built Topology (call builder.build()), got {topology!r}")
     return topology
 
@@ -123,12 +127,15 @@ def run_file(
     with LocalCluster(squall_conf) as cluster:
         console.print(f"[bold]squall[/bold] running {name!r} on Spark {cluster.sc.version} ({cluster.sc.master})")
         run = cluster.submit_topology(name, conf, topology)
+        if hasattr(module, "on_commit") and hasattr(run, "on_commit"):
+            run.on_commit.append(lambda attempt, tuples, captured: module.on_commit(attempt, tuples, captured, console))
         started = time.monotonic()
-        with Live(stats_table(run.stats, topology), console=console, refresh_per_second=2) as live:
+        model = run.topology  # the component graph, for either kind of topology
+        with Live(stats_table(run.stats, model), console=console, refresh_per_second=2) as live:
             try:
                 while True:
                     time.sleep(0.25)
-                    live.update(stats_table(run.stats, topology))
+                    live.update(stats_table(run.stats, model))
                     if duration is not None and time.monotonic() - started >= duration:
                         break
                     if idle_secs and run.idle_for() >= idle_secs:
@@ -136,9 +143,12 @@ def run_file(
             except KeyboardInterrupt:
                 console.print("interrupted")
             cluster.kill_topology(name)
-            live.update(stats_table(run.stats, topology))
+            live.update(stats_table(run.stats, model))
     console.print()
-    console.print(summary_table(run))
+    if hasattr(run, "commits"):
+        console.print(f"transactions committed: {len(run.commits)} (last txid {run.coordinator.last_committed})")
+    else:
+        console.print(summary_table(run))
     if hasattr(module, "summary"):
         module.summary(conf, console)
     return run

@@ -127,6 +127,9 @@ class TestCluster(LocalCluster):
     def wait_idle(self) -> None:
         """Run waves until every fed tuple has been delivered and executed everywhere it goes."""
         for run in list(self.runs.values()):
+            if hasattr(run, "wait_settled"):  # a transactional topology: until its batches commit
+                run.wait_settled()
+                continue
             for _ in range(MAX_IDLE_WAVES):
                 if not run.step().delivered:
                     break

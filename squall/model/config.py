@@ -18,6 +18,10 @@ TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
 SQUALL_SPARK_MASTER = "squall.spark.master"
+SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # next_tuple calls per spout task per wave
+SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
+SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
+SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"  # SQLite file of transactional progress
 
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ACKER_EXECUTORS: 1,
@@ -27,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
     TOPOLOGY_DEBUG: False,
     SQUALL_SPARK_MASTER: "local[*]",
+    SQUALL_WAVE_SPOUT_BATCH: 1000,
+    SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
+    SQUALL_IDLE_SLEEP_SECS: 0.05,
+    SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
 }
 
 
@@ -75,13 +83,11 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
     TOPOLOGY_DEBUG: _bool,
     SQUALL_SPARK_MASTER: _non_empty_str,
+    SQUALL_WAVE_SPOUT_BATCH: _int_at_least(1),
+    SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
+    SQUALL_IDLE_SLEEP_SECS: _positive_number,
+    SQUALL_TRANSACTIONAL_STORE: _non_empty_str,
 }
-
-
-def register_key(key: str, default: Any, validator: Callable[[Any], str | None]) -> None:
-    """Declare a config key (used by squall's own subsystems for their ``squall.*`` keys)."""
-    DEFAULTS[key] = default
-    VALIDATORS[key] = validator
 
 
 def check_config(conf: Mapping[str, Any] | None, where: str = "topology config") -> None:

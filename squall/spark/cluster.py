@@ -16,9 +16,6 @@ from squall.spark.stats import RunStats
 
 log = logging.getLogger("squall")
 
-IDLE_SLEEP = "squall.idle.sleep.secs"
-cfg.register_key(IDLE_SLEEP, 0.05, cfg._positive_number)
-
 
 class LocalCluster:
     """Runs topologies on Spark, each driven by its own thread; ``local[*]`` unless
@@ -42,6 +39,15 @@ class LocalCluster:
         self.shutdown()
 
     def _start(self, name: str, conf: dict | None, topology: Topology, capture: bool) -> TopologyRun:
+        from squall.transactional.builder import TransactionalTopology
+
+        if isinstance(topology, TransactionalTopology):
+            if name in self.runs:
+                raise SquallError(f"a topology named {name!r} is already running")
+            from squall.transactional.runtime import TransactionalRun
+
+            run = self.runs[name] = TransactionalRun(name, topology, {**self.conf, **(conf or {})}, self.sc, self.clock)
+            return run
         if not isinstance(topology, Topology):
             raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")
         if name in self.runs:
@@ -60,7 +66,7 @@ class LocalCluster:
             return run
 
     def _drive(self, run: TopologyRun, stop: threading.Event) -> None:
-        sleep = run.conf[IDLE_SLEEP]
+        sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS]
         while not stop.is_set():
             try:
                 with self._lock:

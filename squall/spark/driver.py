@@ -40,11 +40,6 @@ from squall.spark.wave import checkpointed_state, initial_state, run_wave, state
 
 log = logging.getLogger("squall")
 
-SPOUT_BATCH = "squall.wave.spout.batch"
-CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"
-cfg.register_key(SPOUT_BATCH, 1000, cfg._int_at_least(1))
-cfg.register_key(CHECKPOINT_INTERVAL, 10, cfg._int_at_least(1))
-
 
 @dataclass
 class PendingTuple:
@@ -155,7 +150,7 @@ class TopologyRun:
         return [t for _, t in targets]
 
     def _call_spouts(self) -> None:
-        batch = self.conf[SPOUT_BATCH]
+        batch = self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH]
         for s in self.spouts:
             for _ in range(batch):
                 if self.max_pending is not None and self._pending_per_task[s.task] >= self.max_pending:
@@ -303,7 +298,7 @@ class TopologyRun:
 
     def _keep_state(self, outputs: dict, inputs: Any) -> None:
         """Adopt the wave's outputs as the bolts' state; checkpoint those that are due."""
-        interval = self.conf[CHECKPOINT_INTERVAL]
+        interval = self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL]
         self._lineage.append((inputs, set(outputs)))
         for bolt, out in outputs.items():
             previous = self._outputs.get(bolt)

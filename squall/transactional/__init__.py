@@ -1,0 +1,31 @@
+"""Transactional topologies: exactly-once state updates (Storm's "Design 3")."""
+
+from squall.transactional.bolts import BatchBolt, Committer
+from squall.transactional.builder import TransactionalTopology, TransactionalTopologyBuilder
+from squall.transactional.coordinator import TransactionAttempt, TransactionCoordinator
+from squall.transactional.spouts import (
+    MemoryTransactionalSpout,
+    OpaqueMemoryTransactionalSpout,
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+)
+from squall.transactional.state import OpaqueValue, SqliteKeyedState, TransactionalValue
+from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore
+
+__all__ = [
+    "BatchBolt",
+    "Committer",
+    "CoordinatorStore",
+    "MemoryTransactionalSpout",
+    "OpaqueMemoryTransactionalSpout",
+    "OpaquePartitionedTransactionalSpout",
+    "OpaqueValue",
+    "PartitionedTransactionalSpout",
+    "SqliteCoordinatorStore",
+    "SqliteKeyedState",
+    "TransactionAttempt",
+    "TransactionCoordinator",
+    "TransactionalTopology",
+    "TransactionalTopologyBuilder",
+    "TransactionalValue",
+]

@@ -1,0 +1,342 @@
+"""Transactional topologies on Spark.
+
+Each try of a batch is three kinds of Spark work:
+
+1. **Emit** (one job, in txid order): the spout's emitters run in Spark tasks,
+   partition ``p`` on emitter task ``p mod parallelism``; the emitted tuples are
+   persisted and the partitions' metadata comes back to the driver, which stores
+   it durably before anything else happens to the batch.
+2. **Process** (one job per batch, up to ``topology.max.spout.pending`` batches
+   at once from a thread pool): every bolt that is neither a committer nor
+   downstream of one. Each task gets a fresh bolt instance, ``prepare(...,
+   batch_id)``, ``execute`` for each of its tuples (all of them: a shuffle
+   stands between tasks) and ``finish_batch``.
+3. **Commit** (one job, strictly in txid order): the committers and the bolts
+   downstream of them, the same way.
+
+A ``FailedException`` (or any other error) in a bolt or emitter fails the
+attempt; the coordinator then fails it and every later active transaction, and
+emits them again. A Python worker that dies is retried by Spark.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import pickle
+import queue
+import threading
+import time
+import traceback
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from pyspark import RDD, SparkContext, StorageLevel
+from pyspark.cloudpickle import dumps as cloudpickle_dumps
+
+from squall.model import config as cfg
+from squall.model.components import BasicBolt
+from squall.model.errors import FailedException
+from squall.model.topology import Topology, TopologyContext
+from squall.spark.clock import Clock
+from squall.spark.collectors import BasicOutputCollector, OutputCollector
+from squall.spark.records import Out, to_tuple
+from squall.spark.stats import RunStats
+from squall.spark.wave import _emits_for, _load_run, _task_index
+from squall.transactional.builder import TransactionalTopology
+from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
+from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
+from squall.transactional.store import SqliteCoordinatorStore
+
+log = logging.getLogger("squall.transactional")
+
+
+# -- worker side ---------------------------------------------------------------
+def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
+    topology, _conf = _load_run(run_id, topology_bc)
+    spout = pickle.loads(spout_blob)
+    task_id = topology.task_ids(spout_id)[index]
+    collector = OutputCollector(topology, spout_id, task_id, acking=False, capture=False)
+    for partition, mode, meta in plan.get(index, ()):
+        try:
+            if mode == "replay":
+                spout.emit_partition_batch(attempt, collector, partition, meta)
+                new_meta = meta
+            elif isinstance(spout, OpaquePartitionedTransactionalSpout):
+                new_meta = spout.emit_partition_batch(attempt, collector, partition, meta)
+            else:
+                new_meta = spout.emit_partition_batch_new(attempt, collector, partition, meta)
+        except Exception as exc:
+            failure = "".join(traceback.format_exception(exc))
+            yield (None, ("F", f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
+            return
+        yield (None, ("M", partition, new_meta))
+    yield from collector.out
+
+
+def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
+    topology, conf = _load_run(run_id, topology_bc)
+    spec = topology.components[bolt]
+    task_id = spec.tasks[index]
+    collector = OutputCollector(topology, bolt, task_id, acking=False, capture=True)
+    obj = copy.deepcopy(spec.obj)
+    context = TopologyContext(topology, bolt, task_id)
+    task_conf = {**conf, **spec.conf}
+    failure = None
+    try:
+        basic = isinstance(obj, BasicBolt)
+        if basic:
+            obj.prepare(task_conf, context)
+            basic_collector = BasicOutputCollector(collector)
+        else:
+            obj.prepare(task_conf, context, collector, attempt)
+        for _, payload in records:
+            tup = to_tuple(topology, payload[2])
+            collector.status.executed += 1
+            if basic:
+                basic_collector.input = tup
+                obj.execute(tup, basic_collector)
+            else:
+                obj.execute(tup)
+        if not basic:
+            obj.finish_batch()
+    except FailedException as exc:
+        failure = f"{bolt} task {task_id}: FailedException: {exc}"
+    except Exception as exc:
+        failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
+        logging.getLogger("squall.task").error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
+    if failure is None:
+        yield from collector.out
+    yield (None, (Out.STATUS, bolt, task_id, collector.status, collector.captured, failure))
+
+
+def _statuses(records):
+    for _, payload in records:
+        if payload[0] == Out.STATUS:
+            yield payload
+
+
+def _not_emits(records):
+    for _, payload in records:
+        if payload[0] != Out.EMIT:
+            yield payload
+
+
+# -- driver side ---------------------------------------------------------------
+@dataclass
+class Batch:
+    attempt: TransactionAttempt
+    tuples: int
+    outputs: dict[str, RDD] = field(default_factory=dict)  # component -> persisted output
+
+    def release(self) -> None:
+        for rdd in self.outputs.values():
+            rdd.unpersist(blocking=False)
+        self.outputs.clear()
+
+
+@dataclass
+class PhaseResult:
+    failures: list[str]
+    captured: dict[str, list[tuple]]
+
+
+class TransactionalRun:
+    """The driver of one transactional topology: coordinator, emits, processing and commits."""
+
+    def __init__(self, name: str, ttopo: TransactionalTopology, conf: dict, sc: SparkContext, clock: Clock) -> None:
+        self.name = name
+        self.ttopo = ttopo
+        self.topology: Topology = ttopo.topology
+        self.conf = cfg.resolve_config(ttopo.topology.conf, conf)
+        self.sc, self.clock = sc, clock
+        max_pending = self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING] or 1
+        store_path = Path(self.conf[cfg.SQUALL_TRANSACTIONAL_STORE])
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteCoordinatorStore(store_path, ttopo.id)
+        self.coordinator = TransactionCoordinator(self.store, max_pending)
+        self.stats = RunStats()
+        self.run_id = f"{name}-{os.getpid()}-{id(self):x}"
+        shipped = self.topology.with_objects(dict.fromkeys(self.topology.spouts))
+        self._topology_bc = sc.broadcast(cloudpickle_dumps((shipped, self.conf)))
+        self._pool = ThreadPoolExecutor(max_pending, thread_name_prefix=f"squall-{name}")
+        self._events: queue.Queue = queue.Queue()
+        self._batches: dict[TransactionAttempt, Batch] = {}
+        self._lock = threading.Lock()
+        self.commits: list[tuple[TransactionAttempt, int, dict[str, list[tuple]]]] = []
+        self.on_commit = []  # callbacks(attempt, tuples, captured)
+        self.last_activity = clock.now()
+        self.failures: list[str] = []
+
+    # -- the loop ------------------------------------------------------------
+    def step(self):
+        from squall.spark.driver import WaveInfo
+
+        moved = self._drain_events()
+        for instruction in self.coordinator.poll(ready=self.ttopo.spout.is_ready()):
+            if isinstance(instruction, Commit):
+                self._commit(instruction.attempt)
+                moved += 1
+                continue
+            batch = self._emit(instruction.attempt)
+            if batch is None:
+                self._fail(instruction.attempt)
+                continue
+            moved += 1
+            self._pool.submit(self._process, batch)
+        return WaveInfo(0, moved)
+
+    def _drain_events(self) -> int:
+        n = 0
+        while True:
+            try:
+                kind, attempt = self._events.get_nowait()
+            except queue.Empty:
+                return n
+            n += 1
+            if kind == "processed":
+                self.coordinator.processed(attempt)
+            else:
+                self._fail(attempt)
+
+    def _fail(self, attempt: TransactionAttempt) -> None:
+        later = [a for a in self._batches if a.txid >= attempt.txid]
+        if self.coordinator.failed(attempt):
+            self.stats.failed_waves += 1
+            for a in later:
+                self._batches.pop(a).release()
+
+    def settled(self) -> bool:
+        """No emitted tuple is waiting to commit, and the latest commit was an empty batch."""
+        with self._lock:
+            pending = any(b.tuples for b in self._batches.values())
+        return not pending and bool(self.commits) and self.commits[-1][1] == 0
+
+    def idle_for(self) -> float:
+        return self.clock.now() - self.last_activity if self.settled() else 0.0
+
+    # -- phases --------------------------------------------------------------
+    def _plan(self, attempt: TransactionAttempt) -> tuple[list[tuple], int]:
+        spout = self.ttopo.spout
+        previous = self.coordinator.metadata(attempt.txid - 1) or {"partitions": 0, "p": {}}
+        stored = self.coordinator.metadata(attempt.txid)
+        if stored is not None and not isinstance(spout, OpaquePartitionedTransactionalSpout):
+            return [(p, "replay", stored["p"][str(p)]) for p in range(stored["partitions"])], stored["partitions"]
+        n = spout.num_partitions()
+        return [(p, "new", previous["p"].get(str(p))) for p in range(n)], n
+
+    def _emit(self, attempt: TransactionAttempt) -> Batch | None:
+        plan, partitions = self._plan(attempt)
+        emitters = self.ttopo.parallelism
+        by_task: dict[int, list] = defaultdict(list)
+        for entry in plan:
+            by_task[entry[0] % emitters].append(entry)
+        spout_blob = cloudpickle_dumps(self.ttopo.spout)  # shipped per batch: its data may grow
+        job = partial(
+            _emit_task, self.run_id, self._topology_bc, spout_blob, self.ttopo.spout_id, attempt, dict(by_task)
+        )
+        emitted = self.sc.parallelize(range(emitters), emitters).mapPartitionsWithIndex(job)
+        emitted = emitted.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rows = emitted.mapPartitions(_not_emits).collect()
+            tuples = emitted.filter(lambda kv: kv[1][0] == Out.EMIT).count()
+        except Exception:
+            log.exception("%s: emitting batch %r failed", self.name, attempt)
+            emitted.unpersist()
+            return None
+        failures = [row[1] for row in rows if row[0] == "F"]
+        if failures:
+            for text in failures:
+                log.error("%s: batch %r: %s", self.name, attempt, text)
+            emitted.unpersist()
+            return None
+        metas = {str(row[1]): row[2] for row in rows if row[0] == "M"}
+        if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
+            emitted.unpersist()
+            return None
+        batch = Batch(attempt, tuples, {self.ttopo.spout_id: emitted})
+        with self._lock:
+            self._batches[attempt] = batch
+        self.stats.of(self.ttopo.spout_id).emitted += tuples
+        if tuples:
+            self.last_activity = self.clock.now()
+        return batch
+
+    def _run_bolts(self, batch: Batch, bolts: list[str]) -> PhaseResult:
+        for bolt in bolts:
+            spec = self.topology.components[bolt]
+            upstream = [
+                batch.outputs[sub.source].mapPartitions(partial(_emits_for, bolt))
+                for sub in spec.inputs
+                if sub.source in batch.outputs
+            ]
+            inputs = (self.sc.union(upstream) if len(upstream) > 1 else upstream[0]).partitionBy(
+                spec.parallelism, _task_index
+            )
+            task = partial(_batch_task, self.run_id, self._topology_bc, bolt, batch.attempt)
+            batch.outputs[bolt] = inputs.mapPartitionsWithIndex(task).persist(StorageLevel.MEMORY_AND_DISK)
+        if not bolts:
+            return PhaseResult([], {})
+        rows = self.sc.union([batch.outputs[b].mapPartitions(_statuses) for b in bolts]).collect()
+        failures, captured = [], defaultdict(list)
+        for _, component, _task, status, values, failure in sorted(rows, key=lambda r: (r[1], r[2])):
+            self.stats.of(component).add(status)
+            captured[component].extend(values)
+            if failure:
+                failures.append(failure)
+        return PhaseResult(failures, dict(captured))
+
+    def _process(self, batch: Batch) -> None:
+        try:
+            result = self._run_bolts(batch, self.ttopo.processing_phase_bolts)
+            ok = not result.failures
+            for text in result.failures:
+                log.warning("%s: batch %r failed in processing: %s", self.name, batch.attempt, text)
+        except Exception:
+            log.exception("%s: processing batch %r failed", self.name, batch.attempt)
+            ok = False
+        self._events.put(("processed" if ok else "failed", batch.attempt))
+
+    def _commit(self, attempt: TransactionAttempt) -> None:
+        batch = self._batches.get(attempt)
+        try:
+            result = self._run_bolts(batch, self.ttopo.commit_phase_bolts)
+        except Exception:
+            log.exception("%s: committing batch %r failed", self.name, attempt)
+            result = PhaseResult(["commit job failed"], {})
+        for text in result.failures:
+            log.warning("%s: batch %r failed in commit: %s", self.name, attempt, text)
+        if result.failures:
+            self._fail(attempt)
+            return
+        self.coordinator.committed(attempt)
+        with self._lock:
+            self._batches.pop(attempt).release()
+        self.commits.append((attempt, batch.tuples, result.captured))
+        self.stats.waves += 1
+        if batch.tuples:
+            self.last_activity = self.clock.now()
+        for callback in self.on_commit:
+            callback(attempt, batch.tuples, result.captured)
+
+    def wait_settled(self, timeout: float = 300.0) -> None:
+        """Run until everything emitted so far has committed (tests and ``squall run``)."""
+        deadline = time.monotonic() + timeout
+        while not self.settled():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"transactional topology {self.name!r} did not settle in {timeout}s")
+            if not self.step().delivered:
+                time.sleep(0.01)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._drain_events()
+        for batch in self._batches.values():
+            batch.release()
+        self._batches.clear()
+        self.store.close()
+        self._topology_bc.destroy()

@@ -1,0 +1,108 @@
+"""Transactional spouts: sources that emit batches a transaction id can name again.
+
+Both kinds are partitioned: each batch takes a slice of every partition, and
+the coordinator stores each partition's slice (its metadata, JSON) per txid.
+Emitters run in Spark tasks, partition ``p`` on emitter task ``p mod parallelism``.
+
+* ``PartitionedTransactionalSpout``: the same txid always emits the same batch.
+  Supports exactly-once with ``TransactionalValue`` state, if every partition
+  can be re-read (seeked) to the stored slice.
+* ``OpaquePartitionedTransactionalSpout``: a replayed txid may emit a different
+  batch (a partition was unavailable, say); each batch continues from where the
+  previous batch ended. Supports exactly-once with ``OpaqueValue`` state, and
+  needs no partition to be re-readable on demand.
+
+A non-partitioned transactional source is a partitioned one with one partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from squall.model.fields import Fields, as_fields
+
+
+class _Partitioned:
+    fields: Fields
+
+    def num_partitions(self) -> int:
+        raise NotImplementedError
+
+    def is_ready(self) -> bool:
+        """Whether a new transaction should start now (checked on the driver)."""
+        return True
+
+
+class PartitionedTransactionalSpout(_Partitioned):
+    def emit_partition_batch_new(self, tx, collector, partition: int, last_meta: Any) -> Any:
+        """Emit the batch that follows ``last_meta`` (None for the first); return its metadata."""
+        raise NotImplementedError
+
+    def emit_partition_batch(self, tx, collector, partition: int, meta: Any) -> None:
+        """Emit exactly the batch ``meta`` describes (a replay)."""
+        raise NotImplementedError
+
+
+class OpaquePartitionedTransactionalSpout(_Partitioned):
+    def emit_partition_batch(self, tx, collector, partition: int, last_meta: Any) -> Any:
+        """Emit the batch that follows ``last_meta`` (None for the first); return its metadata."""
+        raise NotImplementedError
+
+
+def _slice(data: Sequence, start: int, take: int) -> Sequence:
+    return data[start : start + take]
+
+
+class MemoryTransactionalSpout(PartitionedTransactionalSpout):
+    """Storm's in-memory transactional spout: ``partitions`` maps a partition number to
+    its list of value lists; each batch takes up to ``take_per_batch`` of each.
+
+    Partitions may be added, and lists appended to, while the topology runs.
+    Tuples carry the ``TransactionAttempt`` first, then ``fields``.
+    """
+
+    def __init__(self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int) -> None:
+        self.partitions = partitions
+        self.fields = Fields("tx", *as_fields(fields))
+        self.take_per_batch = take_per_batch
+
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def _emit(self, tx, collector, partition: int, start: int, count: int) -> None:
+        for values in _slice(self.partitions.get(partition, []), start, count):
+            collector.emit([tx, *values])
+
+    def emit_partition_batch_new(self, tx, collector, partition: int, last_meta: Any) -> dict:
+        start = last_meta["index"] + last_meta["amount"] if last_meta else 0
+        available = len(self.partitions.get(partition, [])) - start
+        meta = {"index": start, "amount": max(0, min(self.take_per_batch, available))}
+        self._emit(tx, collector, partition, meta["index"], meta["amount"])
+        return meta
+
+    def emit_partition_batch(self, tx, collector, partition: int, meta: Any) -> None:
+        self._emit(tx, collector, partition, meta["index"], meta["amount"])
+
+
+class OpaqueMemoryTransactionalSpout(OpaquePartitionedTransactionalSpout):
+    """The opaque twin of ``MemoryTransactionalSpout``. Partitions listed in
+    ``unavailable`` emit nothing (and stay where they were) until they are back."""
+
+    def __init__(self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int) -> None:
+        self.partitions = partitions
+        self.fields = Fields("tx", *as_fields(fields))
+        self.take_per_batch = take_per_batch
+        self.unavailable: set[int] = set()
+
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    def emit_partition_batch(self, tx, collector, partition: int, last_meta: Any) -> dict:
+        start = last_meta["index"] + last_meta["amount"] if last_meta else 0
+        if partition in self.unavailable:
+            return {"index": start, "amount": 0}
+        batch = _slice(self.partitions.get(partition, []), start, self.take_per_batch)
+        for values in batch:
+            collector.emit([tx, *values])
+        return {"index": start, "amount": len(batch)}

@@ -1,0 +1,126 @@
+"""State helpers for exactly-once updates.
+
+Store the txid next to the value, and let the strict commit order do the rest:
+
+* ``TransactionalValue(value, txid)``: an update whose txid equals the stored
+  one is already in the value and is skipped. For spouts that replay the same
+  batch for a txid.
+* ``OpaqueValue(value, prev_value, txid)``: an update whose txid equals the
+  stored one is applied to ``prev_value`` instead (the batch may have changed);
+  otherwise ``prev_value`` becomes the old value. For opaque spouts.
+
+``SqliteKeyedState`` keeps many keys this way in a SQLite table and applies a
+batch's updates in one database transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TransactionalValue:
+    value: Any
+    txid: int
+
+    def updated(self, txid: int, delta: Any, combine: Callable[[Any, Any], Any] = operator.add) -> TransactionalValue:
+        if txid == self.txid:
+            return self
+        return TransactionalValue(combine(self.value, delta), txid)
+
+    @staticmethod
+    def apply(current: TransactionalValue | None, txid: int, delta: Any, combine=operator.add, initial: Any = 0):
+        return (current or TransactionalValue(initial, 0)).updated(txid, delta, combine)
+
+
+@dataclass(frozen=True)
+class OpaqueValue:
+    value: Any
+    prev_value: Any
+    txid: int
+
+    def updated(self, txid: int, delta: Any, combine: Callable[[Any, Any], Any] = operator.add) -> OpaqueValue:
+        if txid == self.txid:
+            return OpaqueValue(combine(self.prev_value, delta), self.prev_value, txid)
+        return OpaqueValue(combine(self.value, delta), self.value, txid)
+
+    @staticmethod
+    def apply(current: OpaqueValue | None, txid: int, delta: Any, combine=operator.add, initial: Any = 0):
+        return (current or OpaqueValue(initial, initial, 0)).updated(txid, delta, combine)
+
+
+class SqliteKeyedState:
+    """Keys to ``TransactionalValue``s or ``OpaqueValue``s in a SQLite table.
+
+    Keys and values are JSON. ``update`` applies one batch's deltas atomically.
+    """
+
+    def __init__(self, path: str | os.PathLike, table: str, opaque: bool = False) -> None:
+        if not table.isidentifier():
+            raise ValueError(f"table name must be an identifier, got {table!r}")
+        self.path, self.table, self.opaque = str(path), table, opaque
+        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER)"
+        )
+
+    def _decode(self, row) -> TransactionalValue | OpaqueValue:
+        value, prev, txid = json.loads(row[0]), json.loads(row[1]), row[2]
+        return OpaqueValue(value, prev, txid) if self.opaque else TransactionalValue(value, txid)
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        keys = list(keys)
+        found: dict[Any, Any] = {}
+        for chunk in range(0, len(keys), 500):
+            part = keys[chunk : chunk + 500]
+            encoded = {json.dumps(k): k for k in part}
+            marks = ",".join("?" * len(encoded))
+            for key, value, prev, txid in self._db.execute(
+                f"SELECT key, value, prev, txid FROM {self.table} WHERE key IN ({marks})", list(encoded)
+            ):
+                found[encoded[key]] = self._decode((value, prev, txid))
+        return found
+
+    def get(self, key: Any) -> Any:
+        return self.get_many([key]).get(key)
+
+    def update(
+        self, txid: int, deltas: Mapping[Any, Any], combine: Callable[[Any, Any], Any] = operator.add, initial: Any = 0
+    ) -> dict[Any, Any]:
+        """Apply one batch's ``deltas`` under ``txid`` in one transaction; returns the new values."""
+        helper = OpaqueValue if self.opaque else TransactionalValue
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            current = self.get_many(deltas)
+            new = {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+            self._db.executemany(
+                f"INSERT INTO {self.table} VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                " value = excluded.value, prev = excluded.prev, txid = excluded.txid",
+                [
+                    (json.dumps(k), json.dumps(v.value), json.dumps(getattr(v, "prev_value", None)), v.txid)
+                    for k, v in new.items()
+                ],
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        return new
+
+    def items(self) -> dict[Any, Any]:
+        rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
+        return {json.loads(k): self._decode((v, p, t)) for k, v, p, t in rows}
+
+    def values(self) -> dict[Any, Any]:
+        """``{key: value}`` without the txids."""
+        return {k: v.value for k, v in self.items().items()}
+
+    def close(self) -> None:
+        self._db.close()
