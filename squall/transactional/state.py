@@ -55,10 +55,16 @@ class OpaqueValue:
         return (current or OpaqueValue(initial, initial, 0)).updated(txid, delta, combine)
 
 
+def _as_key(value: Any) -> Any:
+    """A JSON-decoded key, hashable again: lists become tuples."""
+    return tuple(_as_key(v) for v in value) if isinstance(value, list) else value
+
+
 class SqliteKeyedState:
     """Keys to ``TransactionalValue``s or ``OpaqueValue``s in a SQLite table.
 
-    Keys and values are JSON. ``update`` applies one batch's deltas atomically.
+    Keys and values are JSON (tuple keys come back as tuples). ``update`` applies
+    one batch's deltas atomically.
     """
 
     def __init__(self, path: str | os.PathLike, table: str, opaque: bool = False) -> None:
@@ -116,7 +122,7 @@ class SqliteKeyedState:
 
     def items(self) -> dict[Any, Any]:
         rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
-        return {json.loads(k): self._decode((v, p, t)) for k, v, p, t in rows}
+        return {_as_key(json.loads(k)): self._decode((v, p, t)) for k, v, p, t in rows}
 
     def values(self) -> dict[Any, Any]:
         """``{key: value}`` without the txids."""

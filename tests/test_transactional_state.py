@@ -1,0 +1,57 @@
+from squall.transactional import OpaqueValue, SqliteKeyedState, TransactionalValue
+
+
+def test_transactional_value_skips_a_replayed_txid():
+    v = TransactionalValue.apply(None, 1, 5)
+    assert v == TransactionalValue(5, 1)
+    v = v.updated(2, 3)
+    assert v == TransactionalValue(8, 2)
+    assert v.updated(2, 3) == v  # txid 2 is already in the value
+
+
+def test_opaque_value_applies_a_changed_replay_to_the_previous_value():
+    v = OpaqueValue.apply(None, 1, 5)
+    assert v == OpaqueValue(5, 0, 1)
+    v = v.updated(2, 10)
+    assert v == OpaqueValue(15, 5, 2)
+    v = v.updated(2, 4)  # txid 2 replayed with a different batch
+    assert v == OpaqueValue(9, 5, 2)
+    assert v.updated(3, 1) == OpaqueValue(10, 9, 3)
+
+
+def test_keyed_state_updates_many_keys_atomically_and_survives_reopening(tmp_path):
+    path = tmp_path / "state.sqlite"
+    s = SqliteKeyedState(path, "counts")
+    s.update(1, {"cat": 2, "dog": 1, ("tuple", 1): 4})
+    s.update(1, {"cat": 2, "dog": 1})  # a replay of txid 1: skipped
+    s.update(2, {"cat": 1, "emu": 1})
+    s.close()
+    again = SqliteKeyedState(path, "counts")
+    assert again.values() == {"cat": 3, "dog": 1, "emu": 1, ("tuple", 1): 4}
+    items = again.items()
+    assert items["cat"] == TransactionalValue(3, 2) and items["dog"] == TransactionalValue(1, 1)
+    assert again.get("emu") == TransactionalValue(1, 2)
+
+
+def test_keyed_state_rolls_back_a_failed_batch(tmp_path):
+    s = SqliteKeyedState(tmp_path / "s.sqlite", "counts")
+    s.update(1, {"a": 1})
+
+    def broken(old, delta):
+        if delta == "boom":
+            raise ValueError("boom")
+        return old + delta
+
+    try:
+        s.update(2, {"a": 5, "b": "boom"}, combine=broken)
+    except ValueError:
+        pass
+    assert s.values() == {"a": 1}
+
+
+def test_opaque_keyed_state(tmp_path):
+    s = SqliteKeyedState(tmp_path / "s.sqlite", "counts", opaque=True)
+    s.update(1, {"a": 3})
+    s.update(2, {"a": 4})
+    s.update(2, {"a": 1})  # replayed, changed
+    assert s.items()["a"] == OpaqueValue(4, 3, 2)
