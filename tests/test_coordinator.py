@@ -79,7 +79,7 @@ def test_stale_attempts_are_ignored(store):
     c = TransactionCoordinator(store, max_pending=2, new_attempt_id=counter())
     a1, a2 = (e.attempt for e in c.poll())
     c.failed(a1)
-    b1, b2 = (e.attempt for e in c.poll())
+    b1, _b2 = (e.attempt for e in c.poll())
     assert not c.processed(a1) and not c.failed(a2) and not c.committed(a1)
     assert not c.record_metadata(a1, {"stale": True})
     c.processed(b1)
@@ -109,7 +109,7 @@ def test_metadata_is_kept_for_replays_and_cleaned_up_once_committed(store):
 def test_restart_resumes_in_flight_txids_without_committing_twice(tmp_path):
     path = tmp_path / "coord.sqlite"
     first = TransactionCoordinator(SqliteCoordinatorStore(path, "t"), max_pending=3, new_attempt_id=counter())
-    a1, a2, a3 = (e.attempt for e in first.poll())
+    a1, a2, _a3 = (e.attempt for e in first.poll())
     first.record_metadata(a2, {"m": 2})
     first.processed(a1)
     first.poll()
