@@ -55,3 +55,15 @@ def test_opaque_keyed_state(tmp_path):
     s.update(2, {"a": 4})
     s.update(2, {"a": 1})  # replayed, changed
     assert s.items()["a"] == OpaqueValue(4, 3, 2)
+
+
+def test_opaque_replay_reverts_keys_its_earlier_attempt_wrote_and_it_does_not(tmp_path):
+    s = SqliteKeyedState(tmp_path / "s.sqlite", "counts", opaque=True)
+    s.update(1, {"a": 1, "b": 1}, writer="w0")
+    s.update(2, {"a": 2, "b": 5}, writer="w0")  # first try of txid 2
+    s.update(2, {"a": 2}, writer="w0")  # the replay lacks b's tuples: they come later
+    assert s.values() == {"a": 3, "b": 1}
+    s.update(3, {"b": 5}, writer="w0")
+    assert s.values() == {"a": 3, "b": 6}
+    s.update(3, {"b": 5}, writer="other")  # another writer's keys are not its to revert
+    assert s.values() == {"a": 3, "b": 6}

@@ -74,7 +74,8 @@ class SqliteKeyedState:
         self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER)"
+            f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER,"
+            " writer TEXT)"
         )
 
     def _decode(self, row) -> TransactionalValue | OpaqueValue:
@@ -98,19 +99,39 @@ class SqliteKeyedState:
         return self.get_many([key]).get(key)
 
     def update(
-        self, txid: int, deltas: Mapping[Any, Any], combine: Callable[[Any, Any], Any] = operator.add, initial: Any = 0
+        self,
+        txid: int,
+        deltas: Mapping[Any, Any],
+        combine: Callable[[Any, Any], Any] = operator.add,
+        initial: Any = 0,
+        writer: str | None = None,
     ) -> dict[Any, Any]:
-        """Apply one batch's ``deltas`` under ``txid`` in one transaction; returns the new values."""
+        """Apply one batch's ``deltas`` under ``txid`` in one transaction; returns the new values.
+
+        Opaque state and a replayed txid: a key that an earlier attempt of ``txid``
+        wrote, under the same ``writer``, and that this batch does not touch, goes
+        back to its previous value: its tuples were not in this batch after all and
+        will be counted in a later one. Give each committer task its own ``writer``
+        (say ``f"{component}/{task_index}"``) and route keys to it with a fields
+        grouping, so that a key always has the same writer.
+        """
         helper = OpaqueValue if self.opaque else TransactionalValue
         self._db.execute("BEGIN IMMEDIATE")
         try:
             current = self.get_many(deltas)
             new = {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+            if self.opaque and writer is not None:
+                touched = [json.dumps(k) for k in deltas]
+                self._db.execute(
+                    f"UPDATE {self.table} SET value = prev WHERE txid = ? AND writer = ?"
+                    f" AND key NOT IN ({','.join('?' * len(touched))})",
+                    [txid, writer, *touched],
+                )
             self._db.executemany(
-                f"INSERT INTO {self.table} VALUES (?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
-                " value = excluded.value, prev = excluded.prev, txid = excluded.txid",
+                f"INSERT INTO {self.table} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
                 [
-                    (json.dumps(k), json.dumps(v.value), json.dumps(getattr(v, "prev_value", None)), v.txid)
+                    (json.dumps(k), json.dumps(v.value), json.dumps(getattr(v, "prev_value", None)), v.txid, writer)
                     for k, v in new.items()
                 ],
             )

@@ -1,0 +1,129 @@
+"""Batch bolts and spouts for the transactional runtime tests (imported by Spark's workers)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+from squall import FailedException
+from squall.transactional import BatchBolt, Committer, OpaqueMemoryTransactionalSpout, SqliteKeyedState
+
+
+def _unlucky(attempt, task: int, salt: str, rate: float) -> bool:
+    return random.Random(f"{attempt.attempt_id}-{task}-{salt}").random() < rate
+
+
+class PartialWordCount(BatchBolt):
+    """Counts words of the batch; fails at random (``fail_rate``); may kill its worker once."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(self, fail_rate: float = 0.0, crash_marker: str | None = None, slow_txids=(), sleep=0.0) -> None:
+        self.fail_rate, self.crash_marker = fail_rate, crash_marker
+        self.slow_txids, self.sleep = set(slow_txids), sleep
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id, self.task, self.counts = collector, batch_id, context.task_id, {}
+
+    def execute(self, tup):
+        if self.crash_marker and not Path(self.crash_marker).exists():
+            Path(self.crash_marker).write_text(str(self.id.txid))
+            os._exit(1)
+        self.counts[tup[1]] = self.counts.get(tup[1], 0) + 1
+
+    def finish_batch(self):
+        if self.id.txid in self.slow_txids:
+            time.sleep(self.sleep)
+        if _unlucky(self.id, self.task, "process", self.fail_rate):
+            raise FailedException(f"injected in processing, txid {self.id.txid}")
+        for word, n in sorted(self.counts.items()):
+            self.collector.emit([self.id, word, n])
+
+
+class FailFirstTry(BatchBolt):
+    """Fails the first attempt of ``txid`` (after a pause, so later batches are in flight)."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(self, txid: int, marker: str) -> None:
+        self.txid, self.marker = txid, marker
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id = collector, batch_id
+
+    def execute(self, tup):
+        self.collector.emit(list(tup.values))
+
+    def finish_batch(self):
+        if self.id.txid == self.txid and not Path(self.marker).exists():
+            time.sleep(1.0)
+            Path(self.marker).write_text("failed once")
+            raise FailedException(f"txid {self.txid} fails its first try")
+
+
+class CountCommitter(BatchBolt, Committer):
+    """Adds the batch's word counts to a keyed state; fails at random before or after writing."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(
+        self,
+        db_path: str,
+        fail_rate: float = 0.0,
+        opaque: bool = False,
+        pause: float = 0.0,
+        marker_dir: str | None = None,
+    ) -> None:
+        self.db_path, self.fail_rate, self.opaque = db_path, fail_rate, opaque
+        self.pause, self.marker_dir = pause, marker_dir
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id, self.task, self.counts = collector, batch_id, context.task_id, {}
+        self.writer = f"{context.component_id}/{context.task_index}"
+
+    def execute(self, tup):
+        self.counts[tup[1]] = self.counts.get(tup[1], 0) + tup[2]
+
+    def finish_batch(self):
+        if _unlucky(self.id, self.task, "before", self.fail_rate):
+            raise FailedException(f"injected before the commit, txid {self.id.txid}")
+        if self.marker_dir:  # announce the commit, then take a while: a window to be killed in
+            Path(self.marker_dir, f"committing-{self.id.txid}-{self.task}").write_text("")
+            time.sleep(self.pause)
+        state = SqliteKeyedState(self.db_path, "counts", opaque=self.opaque)
+        state.update(self.id.txid, self.counts, writer=self.writer)
+        state.close()
+        if _unlucky(self.id, self.task, "after", self.fail_rate):
+            raise FailedException(f"injected after the commit, txid {self.id.txid}")
+
+
+class ReplayChangingOpaqueSpout(OpaqueMemoryTransactionalSpout):
+    """Partition 1 is unavailable to a replayed batch whose first try reached the commit."""
+
+    def __init__(self, partitions, fields, take_per_batch, marker_dir: str) -> None:
+        super().__init__(partitions, fields, take_per_batch)
+        self.marker_dir = marker_dir
+
+    def emit_partition_batch(self, tx, collector, partition, last_meta):
+        if partition == 1 and Path(self.marker_dir, f"failed-commit-{tx.txid}").exists():
+            self.unavailable = {1}
+        else:
+            self.unavailable = set()
+        return super().emit_partition_batch(tx, collector, partition, last_meta)
+
+
+class FailFirstCommitAfterWriting(CountCommitter):
+    """On each txid in ``txids``, the first commit writes its counts and then fails."""
+
+    def __init__(self, db_path: str, txids, marker_dir: str) -> None:
+        super().__init__(db_path, opaque=True)
+        self.txids, self.failure_dir = set(txids), marker_dir
+
+    def finish_batch(self):
+        super().finish_batch()
+        marker = Path(self.failure_dir, f"failed-commit-{self.id.txid}")
+        if self.id.txid in self.txids and not marker.exists():
+            marker.write_text("")
+            raise FailedException(f"txid {self.id.txid} fails after writing")
