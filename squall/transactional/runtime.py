@@ -131,6 +131,7 @@ def _not_emits(records):
 class Batch:
     attempt: TransactionAttempt
     tuples: int
+    seq: int  # emits so far, counting this one
     outputs: dict[str, RDD] = field(default_factory=dict)  # component -> persisted output
 
     def release(self) -> None:
@@ -170,7 +171,8 @@ class TransactionalRun:
         self.commits: list[tuple[TransactionAttempt, int, dict[str, list[tuple]]]] = []
         self.on_commit = []  # callbacks(attempt, tuples, captured)
         self.last_activity = clock.now()
-        self.failures: list[str] = []
+        self._emits = 0
+        self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
 
     # -- the loop ------------------------------------------------------------
     def step(self):
@@ -210,11 +212,12 @@ class TransactionalRun:
             for a in later:
                 self._batches.pop(a).release()
 
-    def settled(self) -> bool:
-        """No emitted tuple is waiting to commit, and the latest commit was an empty batch."""
+    def settled(self, since: int = 0) -> bool:
+        """No emitted tuple is waiting to commit, and an empty batch emitted after emit number
+        ``since`` has committed: the source had nothing more."""
         with self._lock:
             pending = any(b.tuples for b in self._batches.values())
-        return not pending and bool(self.commits) and self.commits[-1][1] == 0
+        return not pending and self._last_empty_commit > since
 
     def idle_for(self) -> float:
         return self.clock.now() - self.last_activity if self.settled() else 0.0
@@ -258,7 +261,8 @@ class TransactionalRun:
         if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
             emitted.unpersist()
             return None
-        batch = Batch(attempt, tuples, {self.ttopo.spout_id: emitted})
+        self._emits += 1
+        batch = Batch(attempt, tuples, self._emits, {self.ttopo.spout_id: emitted})
         with self._lock:
             self._batches[attempt] = batch
         self.stats.of(self.ttopo.spout_id).emitted += tuples
@@ -320,13 +324,16 @@ class TransactionalRun:
         self.stats.waves += 1
         if batch.tuples:
             self.last_activity = self.clock.now()
+        else:
+            self._last_empty_commit = max(self._last_empty_commit, batch.seq)
         for callback in self.on_commit:
             callback(attempt, batch.tuples, result.captured)
 
     def wait_settled(self, timeout: float = 300.0) -> None:
         """Run until everything emitted so far has committed (tests and ``squall run``)."""
         deadline = time.monotonic() + timeout
-        while not self.settled():
+        since = self._emits
+        while not self.settled(since):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"transactional topology {self.name!r} did not settle in {timeout}s")
             if not self.step().delivered:
