@@ -1,6 +1,5 @@
 """Transactional topologies on Spark local mode: exact counts through failures."""
 
-import random
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from tx_components import (
     FailFirstTry,
     PartialWordCount,
     ReplayChangingOpaqueSpout,
+    word_data,
 )
 
 from squall.runner import run_file
@@ -19,12 +19,7 @@ from squall.testing import TestCluster
 from squall.transactional import MemoryTransactionalSpout, SqliteKeyedState, TransactionalTopologyBuilder
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-WORDS = ["cat", "dog", "emu", "fox", "gnu", "hen", "owl", "yak"]
-
-
-def make_data(partitions: int, per_partition: int, seed: int = 7) -> dict[int, list[list[str]]]:
-    rnd = random.Random(seed)
-    return {p: [[rnd.choice(WORDS)] for _ in range(per_partition)] for p in range(partitions)}
+make_data = word_data
 
 
 def direct_count(data) -> dict[str, int]:

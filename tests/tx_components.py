@@ -127,3 +127,11 @@ class FailFirstCommitAfterWriting(CountCommitter):
         if self.id.txid in self.txids and not marker.exists():
             marker.write_text("")
             raise FailedException(f"txid {self.id.txid} fails after writing")
+
+
+WORDS = ["cat", "dog", "emu", "fox", "gnu", "hen", "owl", "yak"]
+
+
+def word_data(partitions: int, per_partition: int, seed: int = 7) -> dict[int, list[list[str]]]:
+    rnd = random.Random(seed)
+    return {p: [[rnd.choice(WORDS)] for _ in range(per_partition)] for p in range(partitions)}
