@@ -31,3 +31,4 @@ test: lint
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/acker.py
 	$(VENV)/bin/python benchmarks/word_count.py
+	$(VENV)/bin/python benchmarks/pipelining.py
