@@ -146,3 +146,22 @@ def test_commits_are_gapless_once_each_and_in_order(tmp_path_factory, max_pendin
             committed.append(txid)
     assert committed == list(range(1, len(committed) + 1))
     assert c.last_committed == len(committed)
+
+
+def test_commit_phase_holds_committers_and_everything_downstream_of_them():
+    """The seed's bolts A-D: only A finishes in the processing phase."""
+    from squall.transactional import BatchBolt, MemoryTransactionalSpout, TransactionalTopologyBuilder
+
+    class Plain(BatchBolt):
+        outputs = ("id", "v")
+
+    b = TransactionalTopologyBuilder("abcd", "spout", MemoryTransactionalSpout({0: [[1]]}, ["v"], 1))
+    b.set_bolt("A", Plain()).shuffle_grouping("spout")
+    b.set_committer_bolt("B", Plain()).shuffle_grouping("A")
+    b.set_bolt("C", Plain()).shuffle_grouping("A").shuffle_grouping("B")
+    b.set_committer_bolt("D", Plain()).shuffle_grouping("C")
+    t = b.build()
+    assert t.committers == frozenset({"B", "D"})
+    assert t.processing_phase_bolts == ["A"]
+    assert t.commit_phase_bolts == ["B", "C", "D"]
+    assert t.topology.stream_fields("spout", "default") == ("tx", "v")
