@@ -41,33 +41,20 @@ def run_to_the_end(spark, ttopo, conf):
         return run
 
 
-def test_global_count_example_prints_its_counts(spark, tmp_path):
+def example_output(name: str, tmp_path: Path, prefixes: tuple[str, ...]) -> list[str]:
+    """The lines starting with ``prefixes`` that ``squall run examples/<name>`` prints."""
     console = Console(record=True, width=200)
-    run_file(
-        str(EXAMPLES / "transactional_global_count.py"),
-        [f"example.dir={tmp_path}"],
-        None,
-        None,
-        duration=None,
-        idle_secs=1.0,
-        console=console,
-    )
-    lines = [line for line in console.export_text().splitlines() if line.startswith(("txid", "global count"))]
+    run_file(str(EXAMPLES / name), [f"example.dir={tmp_path}"], None, None, None, idle_secs=1.0, console=console)
+    return [line for line in console.export_text().splitlines() if line.startswith(prefixes)]
+
+
+def test_global_count_example_prints_its_counts(spark, tmp_path):
+    lines = example_output("transactional_global_count.py", tmp_path, ("txid", "global count"))
     assert lines == ["txid 1: global count 9", "txid 2: global count 16", "txid 3: global count 19", "global count: 19"]
 
 
 def test_transactional_words_example_prints_its_counts(spark, tmp_path):
-    console = Console(record=True, width=200)
-    run_file(
-        str(EXAMPLES / "transactional_words.py"),
-        [f"example.dir={tmp_path}"],
-        None,
-        None,
-        duration=None,
-        idle_secs=1.0,
-        console=console,
-    )
-    lines = [line for line in console.export_text().splitlines() if line.startswith(("txid", "word", "words"))]
+    lines = example_output("transactional_words.py", tmp_path, ("txid", "word", "words"))
     assert lines == [
         "txid 1: counts apple=1, cat=5, chicken=1, dog=2; buckets 0=4",
         "txid 2: counts apple=2, banana=1, cat=8, dog=4; buckets 0=5",
