@@ -3,6 +3,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Shared machines are noisy: judge hypothesis examples by their outcome, not their speed.
+settings.register_profile("squall", deadline=None)
+settings.load_profile("squall")
 
 # Spark's Python workers import the bolts defined in test modules by name.
 _TESTS = str(Path(__file__).parent)
