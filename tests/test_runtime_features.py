@@ -201,3 +201,21 @@ def test_a_raising_spout_is_logged_and_called_again(cluster, caplog):
     assert run.stats.of("s").errors == 1 and run.stats.of("s").emitted == 0
     cluster.wait_idle()  # the next wave calls the spout again
     assert run.stats.of("s").acked == 3
+
+
+def test_a_bolt_reading_two_streams_of_one_bolt_gets_each_tuple_once(cluster):
+    feeder = FeederSpout(["n"])
+    b = TopologyBuilder()
+    b.set_spout("nums", feeder)
+    b.set_bolt("router", Router(), 2).shuffle_grouping("nums")
+    b.set_bolt("both", StreamRecorder(), 2).shuffle_grouping("router", stream="even").shuffle_grouping(
+        "router", stream="odd"
+    )
+    run = cluster.submit_for_capture("two-streams", {}, b.build())
+    for n in range(6):
+        feeder.feed([n], n)
+    cluster.wait_idle()
+    assert sorted(run.captured["both"]) == sorted(
+        [("even", (0,)), ("even", (2,)), ("even", (4,)), ("odd", (1, 0)), ("odd", (3, 1)), ("odd", (5, 2))]
+    )
+    assert feeder.acked == set(range(6)) and feeder.failed == set()

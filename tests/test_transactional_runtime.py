@@ -140,3 +140,17 @@ def test_the_spout_must_be_transactional():
 
     with pytest.raises(InvalidTopologyError, match="spout 'spout' must be a PartitionedTransactionalSpout"):
         TransactionalTopologyBuilder("bad", "spout", object())
+
+
+def test_a_committer_downstream_of_a_failed_task_does_not_commit_partial_input(spark, tmp_path):
+    from tx_components import ForwardingCommitter
+
+    data = make_data(2, 30, seed=9)
+    db = tmp_path / "counts.sqlite"
+    b = TransactionalTopologyBuilder("chain", "spout", MemoryTransactionalSpout(data, ["word"], 6))
+    b.set_bolt("partial", PartialWordCount(), 2).shuffle_grouping("spout")  # a word's count comes in parts
+    b.set_bolt("first", ForwardingCommitter(2, str(tmp_path / "failed")), 2).shuffle_grouping("partial")
+    b.set_bolt("second", CountCommitter(str(db)), 2).fields_grouping("first", ["word"])
+    run = run_to_the_end(spark, b.build(), {"squall.transactional.store": str(tmp_path / "coord.sqlite")})
+    assert (tmp_path / "failed").exists() and run.stats.failed_waves >= 1
+    assert stored(db) == direct_count(data)

@@ -135,3 +135,23 @@ WORDS = ["cat", "dog", "emu", "fox", "gnu", "hen", "owl", "yak"]
 def word_data(partitions: int, per_partition: int, seed: int = 7) -> dict[int, list[list[str]]]:
     rnd = random.Random(seed)
     return {p: [[rnd.choice(WORDS)] for _ in range(per_partition)] for p in range(partitions)}
+
+
+class ForwardingCommitter(BatchBolt, Committer):
+    """Forwards its tuples; task 0's first commit of ``txid`` fails after forwarding them."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(self, txid: int, marker: str) -> None:
+        self.txid, self.marker = txid, marker
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id, self.index = collector, batch_id, context.task_index
+
+    def execute(self, tup):
+        self.collector.emit(list(tup.values))
+
+    def finish_batch(self):
+        if self.id.txid == self.txid and self.index == 0 and not Path(self.marker).exists():
+            Path(self.marker).write_text("")
+            raise FailedException("a committer upstream of another fails")

@@ -81,10 +81,7 @@ class ReliableQueue:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._pid = os.getpid()
-        self._db.execute(
-            "INSERT INTO consumers VALUES (?, ?, ?, ?, ?)",
-            (self.consumer, socket.gethostname(), self._pid, _process_start(self._pid), time.time()),
-        )
+        self._pid_started = _process_start(self._pid)
         self._last_reclaim = 0.0
         self.reclaim()
 
@@ -114,6 +111,7 @@ class ReliableQueue:
         if time.time() - self._last_reclaim > 1.0:
             self.reclaim()
         with self._tx():
+            self._heartbeat()
             row = self._db.execute(
                 "SELECT id, body FROM messages WHERE queue = ? AND consumer IS NULL AND dead_reason IS NULL"
                 " ORDER BY id LIMIT 1",
@@ -124,8 +122,14 @@ class ReliableQueue:
             self._db.execute(
                 "UPDATE messages SET consumer = ?, deliveries = deliveries + 1 WHERE id = ?", (self.consumer, row[0])
             )
-            self._db.execute("UPDATE consumers SET heartbeat = ? WHERE id = ?", (time.time(), self.consumer))
         return row[0], row[1]
+
+    def _heartbeat(self) -> None:
+        """Say this consumer is alive (and register it again should another have judged it dead)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO consumers VALUES (?, ?, ?, ?, ?)",
+            (self.consumer, socket.gethostname(), self._pid, self._pid_started, time.time()),
+        )
 
     def ack(self, message_id: int) -> None:
         with self._tx():
@@ -154,6 +158,7 @@ class ReliableQueue:
         self._last_reclaim = now = time.time()
         host = socket.gethostname()
         with self._tx():
+            self._heartbeat()
             dead = [
                 cid
                 for cid, chost, pid, started, heartbeat in self._db.execute("SELECT * FROM consumers").fetchall()

@@ -75,6 +75,14 @@ class Topology:
         """``[(bolt_id, subscription), ...]`` reading ``source``'s ``stream``."""
         return list(self._subscribers.get((source, stream), ()))
 
+    def subscribers_of(self, component: str) -> list[tuple[str, Subscription]]:
+        """``[(bolt_id, subscription), ...]`` reading any stream of ``component``."""
+        return [(b, sub) for (src, _), subs in self._subscribers.items() if src == component for b, sub in subs]
+
+    def sources_of(self, bolt: str) -> list[str]:
+        """The distinct components a bolt reads from (a bolt may read several streams of one)."""
+        return list(dict.fromkeys(sub.source for sub in self.components[bolt].inputs))
+
     def stream_fields(self, component_id: str, stream: str) -> Fields:
         return self.components[component_id].streams[stream]
 

@@ -305,7 +305,8 @@ class TopologyRun:
             self._outputs[bolt] = out
             self._since_checkpoint[bolt] += 1
             if self._since_checkpoint[bolt] >= interval:
-                self._state[bolt] = checkpointed_state(out)
+                replaced, self._state[bolt] = self._state[bolt], checkpointed_state(out)
+                replaced.unpersist(blocking=False)  # a previous checkpoint's cache, if any
                 self._since_checkpoint[bolt] = 0
                 for _, needed_by in self._lineage:
                     needed_by.discard(bolt)

@@ -145,7 +145,7 @@ def run_wave(
     for bolt in active_bolts(topology, fed):
         spec = topology.components[bolt]
         upstream = [
-            outputs[sub.source].mapPartitions(partial(_emits_for, bolt)) for sub in spec.inputs if sub.source in outputs
+            outputs[src].mapPartitions(partial(_emits_for, bolt)) for src in topology.sources_of(bolt) if src in outputs
         ]
         partitions = state[bolt]
         if upstream:
@@ -160,11 +160,16 @@ def run_wave(
         return WaveResult()
 
     reports = sc.union([out.mapPartitions(_acks_and_status) for out in outputs.values()])
-    rows = (
-        reports.reduceByKey(_xor_combine, max(1, num_ackers), _acker_partition)
-        .mapPartitionsWithIndex(_to_arrays)
-        .collect()
-    )
+    try:
+        rows = (
+            reports.reduceByKey(_xor_combine, max(1, num_ackers), _acker_partition)
+            .mapPartitionsWithIndex(_to_arrays)
+            .collect()
+        )
+    except BaseException:
+        for out in outputs.values():
+            out.unpersist(blocking=False)
+        raise
     result = WaveResult(outputs=outputs)
     for row in rows:
         if row[0] == "acks":

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import pickle
 import queue
 import threading
 import time
 import traceback
+import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +56,13 @@ log = logging.getLogger("squall.transactional")
 
 
 # -- worker side ---------------------------------------------------------------
+_UPSTREAM_FAILED = "__upstream_failed__"
+
+
+class _UpstreamFailed(Exception):
+    pass
+
+
 def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
     topology, _conf = _load_run(run_id, topology_bc)
     spout = pickle.loads(spout_blob)
@@ -89,13 +96,17 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
     failure = None
     try:
         basic = isinstance(obj, BasicBolt)
+        records = list(records)
+        broken = [payload[2] for _, payload in records if payload[2][0] == _UPSTREAM_FAILED]
+        if broken:  # an upstream task failed: this task's input is partial, so it must not finish
+            raise _UpstreamFailed(broken[0][1])
         if basic:
             obj.prepare(task_conf, context)
             basic_collector = BasicOutputCollector(collector)
         else:
             obj.prepare(task_conf, context, collector, attempt)
         for _, payload in records:
-            tup = to_tuple(topology, payload[2])
+            tup = to_tuple(topology, payload[2])  # records were checked for failure markers above
             collector.status.executed += 1
             if basic:
                 basic_collector.input = tup
@@ -104,6 +115,8 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
                 obj.execute(tup)
         if not basic:
             obj.finish_batch()
+    except _UpstreamFailed as exc:
+        failure = f"{bolt} task {task_id}: not finished, as upstream {exc} failed"
     except FailedException as exc:
         failure = f"{bolt} task {task_id}: FailedException: {exc}"
     except Exception as exc:
@@ -111,6 +124,10 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
         logging.getLogger("squall.task").error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
     if failure is None:
         yield from collector.out
+    else:  # tell every downstream task, so that none finishes the batch on partial input
+        for reader in {b for b, _ in topology.subscribers_of(bolt)}:
+            for index in range(topology.components[reader].parallelism):
+                yield (index, (Out.EMIT, reader, (_UPSTREAM_FAILED, f"{bolt} task {task_id}")))
     yield (None, (Out.STATUS, bolt, task_id, collector.status, collector.captured, failure))
 
 
@@ -127,17 +144,34 @@ def _not_emits(records):
 
 
 # -- driver side ---------------------------------------------------------------
+class Cancelled(Exception):
+    """The batch was failed (with a later or an earlier one) while its job was being built."""
+
+
 @dataclass
 class Batch:
     attempt: TransactionAttempt
     tuples: int
     seq: int  # emits so far, counting this one
     outputs: dict[str, RDD] = field(default_factory=dict)  # component -> persisted output
+    cancelled: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keep(self, component: str, rdd: RDD) -> RDD:
+        """Persist and hold ``rdd`` as ``component``'s output, unless the batch was released."""
+        with self.lock:
+            if self.cancelled:
+                raise Cancelled(repr(self.attempt))
+            self.outputs[component] = rdd.persist(StorageLevel.MEMORY_AND_DISK)
+            return self.outputs[component]
 
     def release(self) -> None:
-        for rdd in self.outputs.values():
+        with self.lock:
+            self.cancelled = True
+            outputs = list(self.outputs.values())
+            self.outputs.clear()
+        for rdd in outputs:
             rdd.unpersist(blocking=False)
-        self.outputs.clear()
 
 
 @dataclass
@@ -161,7 +195,7 @@ class TransactionalRun:
         self.store = SqliteCoordinatorStore(store_path, ttopo.id)
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
-        self.run_id = f"{name}-{os.getpid()}-{id(self):x}"
+        self.run_id = f"{name}-{uuid.uuid4().hex}"
         shipped = self.topology.with_objects(dict.fromkeys(self.topology.spouts))
         self._topology_bc = sc.broadcast(cloudpickle_dumps((shipped, self.conf)))
         self._pool = ThreadPoolExecutor(max_pending, thread_name_prefix=f"squall-{name}")
@@ -206,11 +240,12 @@ class TransactionalRun:
                 self._fail(attempt)
 
     def _fail(self, attempt: TransactionAttempt) -> None:
-        later = [a for a in self._batches if a.txid >= attempt.txid]
         if self.coordinator.failed(attempt):
-            self.stats.failed_waves += 1
-            for a in later:
-                self._batches.pop(a).release()
+            with self._lock:
+                later = [self._batches.pop(a) for a in list(self._batches) if a.txid >= attempt.txid]
+                self.stats.failed_waves += 1
+            for batch in later:
+                batch.release()
 
     def settled(self, since: int = 0) -> bool:
         """No emitted tuple is waiting to commit, and an empty batch emitted after emit number
@@ -274,24 +309,25 @@ class TransactionalRun:
         for bolt in bolts:
             spec = self.topology.components[bolt]
             upstream = [
-                batch.outputs[sub.source].mapPartitions(partial(_emits_for, bolt))
-                for sub in spec.inputs
-                if sub.source in batch.outputs
+                batch.outputs[src].mapPartitions(partial(_emits_for, bolt))
+                for src in self.topology.sources_of(bolt)
+                if src in batch.outputs
             ]
             inputs = (self.sc.union(upstream) if len(upstream) > 1 else upstream[0]).partitionBy(
                 spec.parallelism, _task_index
             )
             task = partial(_batch_task, self.run_id, self._topology_bc, bolt, batch.attempt)
-            batch.outputs[bolt] = inputs.mapPartitionsWithIndex(task).persist(StorageLevel.MEMORY_AND_DISK)
+            batch.keep(bolt, inputs.mapPartitionsWithIndex(task))
         if not bolts:
             return PhaseResult([], {})
         rows = self.sc.union([batch.outputs[b].mapPartitions(_statuses) for b in bolts]).collect()
         failures, captured = [], defaultdict(list)
-        for _, component, _task, status, values, failure in sorted(rows, key=lambda r: (r[1], r[2])):
-            self.stats.of(component).add(status)
-            captured[component].extend(values)
-            if failure:
-                failures.append(failure)
+        with self._lock:
+            for _, component, _task, status, values, failure in sorted(rows, key=lambda r: (r[1], r[2])):
+                self.stats.of(component).add(status)
+                captured[component].extend(values)
+                if failure:
+                    failures.append(failure)
         return PhaseResult(failures, dict(captured))
 
     def _process(self, batch: Batch) -> None:
@@ -300,9 +336,13 @@ class TransactionalRun:
             ok = not result.failures
             for text in result.failures:
                 log.warning("%s: batch %r failed in processing: %s", self.name, batch.attempt, text)
+        except Cancelled:
+            ok = False
         except Exception:
             log.exception("%s: processing batch %r failed", self.name, batch.attempt)
             ok = False
+        if batch.cancelled:
+            batch.release()  # what the job persisted after the batch was failed
         self._events.put(("processed" if ok else "failed", batch.attempt))
 
     def _commit(self, attempt: TransactionAttempt) -> None:
