@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages squall needs when they are missing:
-# a Java runtime (17+) for Spark. Run as root (or with sudo available).
+# a Java runtime (17+) for Spark, and the servers the tests start (redis-server).
+# Run as root (or with sudo available).
 set -euo pipefail
 
 need=()
@@ -8,6 +9,8 @@ java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | he
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
     need+=(openjdk-17-jre-headless)
 fi
+
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing Debian packages: ${need[*]}"

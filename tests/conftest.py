@@ -35,3 +35,12 @@ def cluster(spark):
 @pytest.fixture(autouse=True)
 def _quiet_py4j():
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory):
+    from servers import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()

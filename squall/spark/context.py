@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 import tempfile
 
 from pyspark import SparkConf, SparkContext
@@ -29,6 +31,8 @@ def spark_context(master: str, app_name: str = "squall") -> tuple[SparkContext, 
     active = SparkContext._active_spark_context
     if active is not None:
         return active, False
+    # Workers run the driver's interpreter (its virtualenv), so they import the same squall and libraries.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = (
         SparkConf()
         .setMaster(effective_master(master))

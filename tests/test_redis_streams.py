@@ -1,0 +1,123 @@
+"""The Redis Streams reliable spout, against a real redis-server."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from components import AckAll
+from tx_components import WORDS
+
+from squall import BasicBolt, FailedException, TopologyBuilder
+from squall.connectors.redis_streams import BrokerUnavailable, RedisStreamSpout, connect
+from squall.model.topology import TopologyContext
+
+
+class FailFirstDelivery(BasicBolt):
+    """Fails the first delivery of each value listed, then lets it through."""
+
+    outputs = ("word",)
+
+    def __init__(self, marker_dir: str, words) -> None:
+        self.marker_dir, self.words = marker_dir, set(words)
+
+    def execute(self, tup, collector):
+        marker = Path(self.marker_dir, f"seen-{tup[0]}")
+        if tup[0] in self.words and not marker.exists():
+            marker.write_text("")
+            raise FailedException("first delivery")
+        collector.emit([tup[0]])
+
+
+class Recorder:
+    """The spout collector as a spout sees it: records what is emitted."""
+
+    def __init__(self):
+        self.emitted = []
+
+    def emit(self, values, msg_id=None, stream="default"):
+        self.emitted.append((tuple(values), msg_id))
+        return []
+
+
+def opened(spout, component="s"):
+    from squall.model import TopologyBuilder as TB
+
+    b = TB()
+    b.set_spout(component, spout)
+    b.set_bolt("sink", AckAll()).shuffle_grouping(component)
+    recorder = Recorder()
+    spout.open({}, TopologyContext(b.build(), component, 1), recorder)
+    return recorder
+
+
+def test_every_entry_is_acked_and_failures_are_redelivered(cluster, redis_server, tmp_path):
+    client = connect(redis_server.url)
+    words = [WORDS[i % len(WORDS)] + str(i) for i in range(60)]
+    for w in words:
+        client.xadd("words", {"data": json.dumps([w])})
+    spout = RedisStreamSpout(redis_server.url, "words", fields=["word"])
+    b = TopologyBuilder()
+    b.set_spout("s", spout)
+    b.set_bolt("flaky", FailFirstDelivery(str(tmp_path), words[::7]), 2).shuffle_grouping("s")
+    b.set_bolt("sink", AckAll()).shuffle_grouping("flaky")
+    run = cluster.submit_topology("redis", {}, b.build())
+    cluster.wait_idle()
+    cluster.wait_idle()
+    stats = run.stats.of("s")
+    assert stats.acked == 60 and stats.failed == len(words[::7])
+    assert client.xpending("words", "squall")["pending"] == 0
+    assert run.stats.of("sink").executed == 60
+
+
+def test_entries_of_a_dead_consumer_are_reclaimed(redis_server):
+    client = connect(redis_server.url)
+    ids = [client.xadd("jobs", {"data": json.dumps(n)}).decode() for n in range(5)]
+    dead = RedisStreamSpout(redis_server.url, "jobs", fields=["n"], claim_idle_ms=200)
+    got = opened(dead)
+    for _ in range(5):
+        dead.next_tuple()
+    assert [m for _, m in got.emitted] == ids  # all pending on the consumer that now "dies"
+
+    survivor = RedisStreamSpout(redis_server.url, "jobs", fields=["n"], claim_idle_ms=200)
+    seen = opened(survivor)
+    survivor.next_tuple()
+    assert seen.emitted == []  # not idle long enough yet
+    time.sleep(0.3)
+    for _ in range(5):
+        survivor.next_tuple()
+    assert [m for _, m in seen.emitted] == ids and [v for v, _ in seen.emitted] == [(n,) for n in range(5)]
+    for _, m in seen.emitted:
+        survivor.ack(m)
+    assert survivor.pending() == 0
+
+
+def test_malformed_entries_go_to_the_dead_letter_stream(redis_server):
+    client = connect(redis_server.url)
+    client.xadd("in", {"data": "{not json"})
+    client.xadd("in", {"data": json.dumps([1, 2, 3])})
+    client.xadd("in", {"other": "x"})
+    good = client.xadd("in", {"data": json.dumps({"a": 1, "b": 2})}).decode()
+    spout = RedisStreamSpout(redis_server.url, "in", fields=["a", "b"])
+    got = opened(spout)
+    spout.next_tuple()
+    assert got.emitted == [((1, 2), good)] and spout.malformed == 3
+    dead = client.xrange("in:dead")
+    reasons = [entry[b"reason"].decode() for _, entry in dead]
+    assert len(reasons) == 3 and "invalid JSON" in reasons[0] and "3 value(s) for 2 field(s)" in reasons[1]
+    assert "no 'data' field" in reasons[2]
+    spout.ack(good)
+    assert spout.pending() == 0
+
+
+def test_a_broker_that_is_down_at_start_is_named():
+    from servers import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with pytest.raises(BrokerUnavailable, match=f"cannot reach Redis at {url}"):
+        opened(RedisStreamSpout(url, "x"))
+
+
+def test_redis_client_is_real(redis_server):
+    assert isinstance(connect(redis_server.url), redis.Redis)
