@@ -46,31 +46,23 @@ def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: floa
 
 
 class RedisServer:
-    def __init__(self, directory: Path) -> None:
-        binary = require("redis-server", "redis-server")
+    """``persistent`` keeps an append-only file, so that a restart keeps the data."""
+
+    def __init__(self, directory: Path, persistent: bool = False) -> None:
+        self.binary = require("redis-server", "redis-server")
+        self.directory, self.persistent = directory, persistent
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(directory),
-                "--logfile",
-                str(directory / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.start()
+
+    def start(self) -> None:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args += ["--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always"]
+        args += ["--dir", str(self.directory), "--logfile", str(self.directory / "redis.log")]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.process, "redis-server")
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)

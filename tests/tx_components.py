@@ -155,3 +155,28 @@ class ForwardingCommitter(BatchBolt, Committer):
         if self.id.txid == self.txid and self.index == 0 and not Path(self.marker).exists():
             Path(self.marker).write_text("")
             raise FailedException("a committer upstream of another fails")
+
+
+class RedisCountCommitter(BatchBolt, Committer):
+    """Adds the batch's word counts to Redis state; fails at random before or after writing."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(self, url: str, name: str, opaque: bool = False, fail_rate: float = 0.0) -> None:
+        self.url, self.name, self.opaque, self.fail_rate = url, name, opaque, fail_rate
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.id, self.task, self.counts = batch_id, context.task_id, {}
+        self.writer = f"{context.component_id}/{context.task_index}"
+
+    def execute(self, tup):
+        self.counts[tup[1]] = self.counts.get(tup[1], 0) + tup[2]
+
+    def finish_batch(self):
+        from squall.connectors.redis_log import RedisKeyedState
+
+        if _unlucky(self.id, self.task, "before", self.fail_rate):
+            raise FailedException("injected before the commit")
+        RedisKeyedState(self.url, self.name, opaque=self.opaque).update(self.id.txid, self.counts, writer=self.writer)
+        if _unlucky(self.id, self.task, "after", self.fail_rate):
+            raise FailedException("injected after the commit")
