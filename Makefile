@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff format --check squall tests benchmarks examples
 
 test: lint
 	$(VENV)/bin/python -m pytest
