@@ -34,6 +34,10 @@ log = logging.getLogger("squall.redis")
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class BrokerUnavailable(SquallError):
     """A broker that could not be reached; the message names its URL."""
 
@@ -117,7 +121,7 @@ class RedisStreamSpout(Spout):
             )
             start, entries = reply[0], reply[1]
             for entry_id, data in entries:
-                entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                entry_id = _text(entry_id)
                 if entry_id not in self._in_flight and data:
                     self._buffer.append((entry_id, data))
             if start in (b"0-0", "0-0") or not entries:
@@ -135,7 +139,7 @@ class RedisStreamSpout(Spout):
             self._read_new()
         while self._buffer:
             entry_id, data = self._buffer.popleft()
-            entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            entry_id = _text(entry_id)
             values = self._decode(entry_id, data)
             if values is not None:
                 self._in_flight[entry_id] = values
@@ -147,7 +151,7 @@ class RedisStreamSpout(Spout):
         try:
             if raw is None:
                 raise MalformedMessage(f"no {self.data_field!r} field")
-            return decode_values(raw.decode() if isinstance(raw, bytes) else raw, self.outputs)
+            return decode_values(_text(raw), self.outputs)
         except (MalformedMessage, UnicodeDecodeError) as exc:
             self.malformed += 1
             log.error(

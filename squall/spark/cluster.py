@@ -41,18 +41,17 @@ class LocalCluster:
     def _start(self, name: str, conf: dict | None, topology: Topology, capture: bool) -> TopologyRun:
         from squall.transactional.builder import TransactionalTopology
 
-        if isinstance(topology, TransactionalTopology):
-            if name in self.runs:
-                raise SquallError(f"a topology named {name!r} is already running")
-            from squall.transactional.runtime import TransactionalRun
-
-            run = self.runs[name] = TransactionalRun(name, topology, {**self.conf, **(conf or {})}, self.sc, self.clock)
-            return run
-        if not isinstance(topology, Topology):
-            raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")
         if name in self.runs:
             raise SquallError(f"a topology named {name!r} is already running")
-        run = TopologyRun(name, topology, {**self.conf, **(conf or {})}, self.sc, self.clock, capture)
+        merged = {**self.conf, **(conf or {})}
+        if isinstance(topology, TransactionalTopology):
+            from squall.transactional.runtime import TransactionalRun
+
+            run = TransactionalRun(name, topology, merged, self.sc, self.clock)
+        elif isinstance(topology, Topology):
+            run = TopologyRun(name, topology, merged, self.sc, self.clock, capture)
+        else:
+            raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")
         self.runs[name] = run
         return run
 

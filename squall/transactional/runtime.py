@@ -44,6 +44,7 @@ from squall.model.errors import FailedException
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
+from squall.spark.driver import WaveInfo
 from squall.spark.records import Out, to_tuple
 from squall.spark.stats import RunStats
 from squall.spark.wave import _emits_for, _load_run, _task_index
@@ -82,6 +83,7 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
             yield (None, ("F", f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
             return
         yield (None, ("M", partition, new_meta))
+    yield (None, ("N", sum(1 for _, payload in collector.out if payload[0] == Out.EMIT)))
     yield from collector.out
 
 
@@ -209,9 +211,7 @@ class TransactionalRun:
         self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
 
     # -- the loop ------------------------------------------------------------
-    def step(self):
-        from squall.spark.driver import WaveInfo
-
+    def step(self) -> WaveInfo:
         moved = self._drain_events()
         for instruction in self.coordinator.poll(ready=self.ttopo.spout.is_ready()):
             if isinstance(instruction, Commit):
@@ -281,7 +281,6 @@ class TransactionalRun:
         emitted = emitted.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             rows = emitted.mapPartitions(_not_emits).collect()
-            tuples = emitted.filter(lambda kv: kv[1][0] == Out.EMIT).count()
         except Exception:
             log.exception("%s: emitting batch %r failed", self.name, attempt)
             emitted.unpersist()
@@ -293,6 +292,7 @@ class TransactionalRun:
             emitted.unpersist()
             return None
         metas = {str(row[1]): row[2] for row in rows if row[0] == "M"}
+        tuples = sum(row[1] for row in rows if row[0] == "N")
         if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
             emitted.unpersist()
             return None
