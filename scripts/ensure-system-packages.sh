@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages squall needs when they are missing:
-# a Java runtime (17+) for Spark, and the servers the tests start (redis-server).
+# a Java runtime (17+) for Spark, and the servers the tests start
+# (redis-server, rabbitmq-server, postgresql, zookeeper).
 # Run as root (or with sudo available).
 set -euo pipefail
 
@@ -11,6 +12,9 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
 fi
 
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || need+=(rabbitmq-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+[ -f /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing Debian packages: ${need[*]}"

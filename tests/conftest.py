@@ -44,3 +44,32 @@ def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server(tmp_path_factory):
+    """One RabbitMQ node for the session; each test uses queues of its own."""
+    from servers import RabbitMQServer
+
+    server = RabbitMQServer(tmp_path_factory.mktemp("rabbitmq"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """One PostgreSQL cluster for the session; each test uses tables of its own."""
+    from servers import PostgresServer
+
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zookeeper_server(tmp_path_factory):
+    from servers import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    yield server
+    server.stop()

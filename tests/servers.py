@@ -6,8 +6,10 @@ under CI (``CI`` set), where a missing server is a failure.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -23,7 +25,8 @@ def free_port() -> int:
 
 
 def require(binary: str, package: str) -> str:
-    path = shutil.which(binary)
+    """The path of ``binary`` (a command name, or a path that may hold a glob)."""
+    path = shutil.which(binary) if "/" not in binary else next(iter(sorted(glob.glob(binary))), None)
     if path is None:
         message = f"{binary} is not installed (Debian package {package})"
         if os.environ.get("CI"):
@@ -66,3 +69,128 @@ class RedisServer:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+
+
+def _as_postgres_user() -> list[str]:
+    """PostgreSQL refuses to run as root: run its commands as the postgres user then."""
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+class PostgresServer:
+    """A fresh cluster (``initdb``) in ``directory``, trust auth, on a free loopback port."""
+
+    def __init__(self, directory: Path) -> None:
+        initdb = require("/usr/lib/postgresql/*/bin/initdb", "postgresql")
+        self.bin = Path(initdb).parent
+        self.directory = directory
+        self.data = directory / "data"
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        if os.geteuid() == 0:
+            shutil.chown(directory, "postgres")
+        subprocess.run(
+            [*_as_postgres_user(), initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"],
+            check=True,
+            capture_output=True,
+        )
+        self.start()
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.directory} -c fsync=off"
+        log = str(self.directory / "postgres.log")
+        subprocess.run(
+            [*_as_postgres_user(), str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "start"],
+            check=True,
+            capture_output=True,
+        )
+
+    def stop(self) -> None:
+        subprocess.run(
+            [*_as_postgres_user(), str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+        )
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper (Debian's zookeeper package) with its data in ``directory``."""
+
+    JAR = "/usr/share/java/zookeeper.jar"
+
+    def __init__(self, directory: Path) -> None:
+        require(self.JAR, "zookeeper")
+        self.java = require("java", "openjdk-17-jre-headless")
+        self.directory = directory
+        self.port = free_port()
+        self.url = f"zookeeper://127.0.0.1:{self.port}"
+        self.config = directory / "zoo.cfg"
+        (directory / "data").mkdir(exist_ok=True)
+        self.config.write_text(
+            f"dataDir={directory / 'data'}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "tickTime=500\nadmin.enableServer=false\n"
+        )
+        self.start()
+
+    def start(self) -> None:
+        args = [self.java, "-cp", f"/etc/zookeeper/conf:{self.JAR}", "-Dzookeeper.root.logger=WARN,CONSOLE"]
+        args += ["org.apache.zookeeper.server.ZooKeeperServerMain", str(self.config)]
+        log = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115 - the server process holds it
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
+        log.close()
+        wait_for_port(self.port, self.process, "zookeeper")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+class RabbitMQServer:
+    """A RabbitMQ node of its own (name, ports, Mnesia directory, no plugins) under ``directory``.
+
+    Its data survives ``stop``/``start``, so durable queues and persistent messages do.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.binary = require("/usr/lib/rabbitmq/bin/rabbitmq-server", "rabbitmq-server")
+        self.directory = directory
+        self.port, self.dist_port = free_port(), free_port()
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        (directory / "plugins").write_text("[].\n")
+        (directory / "env.conf").write_text("")
+        (directory / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\nloopback_users = none\n"
+        )
+        self.env = {
+            **os.environ,
+            "HOME": str(directory),  # its Erlang cookie
+            "RABBITMQ_NODENAME": f"squall-test-{self.port}@localhost",
+            "RABBITMQ_CONF_ENV_FILE": str(directory / "env.conf"),
+            "RABBITMQ_CONFIG_FILE": str(directory / "rabbitmq.conf"),
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(directory / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "plugins"),
+            "RABBITMQ_PID_FILE": str(directory / "rabbitmq.pid"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+        self.start()
+
+    def start(self) -> None:
+        log = open(self.directory / "rabbitmq.out", "ab")  # noqa: SIM115 - the server process holds it
+        self.process = subprocess.Popen(
+            [self.binary], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        wait_for_port(self.port, self.process, "rabbitmq-server", timeout=90)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
