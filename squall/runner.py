@@ -71,7 +71,7 @@ def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
 
 
 def stats_table(stats: RunStats, topology: Topology) -> Table:
-    table = Table("component", "kind", "emitted", "executed", "acked", "failed", "timed out", "errors")
+    table = Table("component", "kind", "emitted", "executed", "acked", "failed", "timed out", "malformed", "errors")
     for cid, spec in topology.components.items():
         c = stats.of(cid)
         table.add_row(
@@ -82,6 +82,7 @@ def stats_table(stats: RunStats, topology: Topology) -> Table:
             str(c.acked),
             str(c.failed),
             str(c.timed_out) if spec.kind == "spout" else "",
+            str(c.malformed) if spec.kind == "spout" else "",
             str(c.errors),
         )
     table.caption = f"waves {stats.waves} (failed {stats.failed_waves}) · pending trees {stats.pending}"
@@ -92,13 +93,21 @@ def summary_table(run: TopologyRun) -> Table:
     total = run.stats.spout_totals(list(run.topology.spouts))
     p50, p99 = total.latency_percentile(50), total.latency_percentile(99)
     table = Table(
-        "tuples emitted", "acked", "failed", "timed out", "complete latency p50", "p99", title="summary (spout tuples)"
+        "tuples emitted",
+        "acked",
+        "failed",
+        "timed out",
+        "malformed (set aside)",
+        "complete latency p50",
+        "p99",
+        title="summary (spout tuples)",
     )
     table.add_row(
         str(total.emitted),
         str(total.acked),
         str(total.failed),
         str(total.timed_out),
+        str(total.malformed),
         f"{p50:.0f} ms" if p50 is not None else "-",
         f"{p99:.0f} ms" if p99 is not None else "-",
     )
@@ -146,7 +155,9 @@ def run_file(
             live.update(stats_table(run.stats, model))
     console.print()
     if hasattr(run, "commits"):
+        malformed = run.stats.spout_totals(list(run.topology.spouts)).malformed
         console.print(f"transactions committed: {len(run.commits)} (last txid {run.coordinator.last_committed})")
+        console.print(f"malformed messages set aside: {malformed}")
     else:
         console.print(summary_table(run))
     if hasattr(module, "summary"):

@@ -237,12 +237,10 @@ class QueueSpout(Spout):
     ) -> None:
         self.path, self.queue = str(path), queue
         self.outputs = as_fields(fields)
-        self.malformed = 0
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
         self._queue = ReliableQueue(self.path, self.queue)
-        self._component = context.component_id
 
     def next_tuple(self) -> None:
         while True:
@@ -253,14 +251,7 @@ class QueueSpout(Spout):
             try:
                 values = decode_values(body, self.outputs)
             except MalformedMessage as exc:
-                self.malformed += 1
-                log.error(
-                    "spout %s: queue %s message %d is malformed (%s); set aside, not emitted",
-                    self._component,
-                    self.queue,
-                    message_id,
-                    exc,
-                )
+                self._collector.report_malformed(f"queue {self.queue} message {message_id}: {exc}; set aside")
                 self._queue.dead_letter(message_id, str(exc))
                 continue
             self._collector.emit(values, msg_id=message_id)

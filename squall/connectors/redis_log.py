@@ -61,21 +61,21 @@ class _RedisLog:
             entries = _client(url).xrange(key, min=f"({after}" if after != "0-0" else "-", max=last)
         return [(eid.decode(), data) for eid, data in entries]
 
-    def _emit(self, tx, collector, entries) -> None:
+    def _emit(self, tx, collector, partition: int, entries) -> None:
         user_fields = Fields(*list(self.fields)[1:])
         for entry_id, data in entries:
             raw = data.get(b"data")
             try:
                 values = decode_values(raw.decode() if raw is not None else "", user_fields)
             except (MalformedMessage, UnicodeDecodeError) as exc:
-                log.error("redis log entry %s is malformed (%s); skipped", entry_id, exc)
+                collector.report_malformed(f"{self.partition_keys[partition][1]} entry {entry_id}: {exc}; skipped")
                 continue
             collector.emit([tx, *values])
 
     def _batch_after(self, tx, collector, partition: int, last_meta: Any) -> dict:
         after = last_meta["last"] if last_meta else "0-0"
         entries = self._read(partition, after)
-        self._emit(tx, collector, entries)
+        self._emit(tx, collector, partition, entries)
         return {"after": after, "last": entries[-1][0] if entries else after, "count": len(entries)}
 
 
@@ -85,7 +85,7 @@ class RedisLogTransactionalSpout(_RedisLog, PartitionedTransactionalSpout):
 
     def emit_partition_batch(self, tx, collector, partition: int, meta: Any) -> None:
         if meta["count"]:
-            self._emit(tx, collector, self._read(partition, meta["after"], meta["last"]))
+            self._emit(tx, collector, partition, self._read(partition, meta["after"], meta["last"]))
 
 
 class RedisLogOpaqueSpout(_RedisLog, OpaquePartitionedTransactionalSpout):

@@ -13,33 +13,31 @@ reason, and acked, so it cannot loop. Never pickle.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 import redis
 
+from squall.connectors import common
+from squall.connectors.common import BrokerUnavailable, redact, url_from
 from squall.connectors.queue import MalformedMessage, decode_values
 from squall.model.components import Spout
-from squall.model.errors import SquallError
+from squall.model.config import SQUALL_REDIS_URL
 from squall.model.fields import Fields, as_fields
 
-log = logging.getLogger("squall.redis")
+__all__ = ["BrokerUnavailable", "RedisStreamSpout", "connect", "with_retries"]
 
-_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+T = TypeVar("T")
+LOST = (redis.ConnectionError, redis.TimeoutError)
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-class BrokerUnavailable(SquallError):
-    """A broker that could not be reached; the message names its URL."""
 
 
 def connect(url: str) -> redis.Redis:
@@ -48,27 +46,21 @@ def connect(url: str) -> redis.Redis:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise BrokerUnavailable(f"cannot reach Redis at {url}: {exc}") from None
+        raise BrokerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from None
     return client
 
 
-def with_retries(what: str, call: Callable[[], Any]) -> Any:
-    """Run ``call``, retrying connection errors with backoff; re-raise after the last try."""
-    for delay in (*_RETRY_DELAYS, None):
-        try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if delay is None:
-                raise
-            log.warning("%s: %s; retrying in %.2fs", what, exc, delay)
-            time.sleep(delay)
-    return None
+def with_retries(what: str, call: Callable[[], T]) -> T:
+    """Run a Redis ``call``, retrying a lost connection with backoff."""
+    return common.with_retries(what, call, LOST)
 
 
 class RedisStreamSpout(Spout):
+    """Reads ``stream`` of the Redis server at ``url`` (else config ``squall.redis.url``) in ``group``."""
+
     def __init__(
         self,
-        url: str,
+        url: str | None,
         stream: str,
         group: str = "squall",
         fields: Sequence[str] | Fields = ("value",),
@@ -82,12 +74,11 @@ class RedisStreamSpout(Spout):
         self.data_field = data_field
         self.dead_letter_stream = dead_letter_stream or f"{stream}:dead"
         self.claim_idle_ms, self.read_count = claim_idle_ms, read_count
-        self.malformed = 0
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
         self._component = context.component_id
-        self._client = connect(self.url)
+        self._client = connect(url_from(self.url, conf, SQUALL_REDIS_URL, f"spout {self._component}"))
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             self._client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
@@ -153,14 +144,8 @@ class RedisStreamSpout(Spout):
                 raise MalformedMessage(f"no {self.data_field!r} field")
             return decode_values(_text(raw), self.outputs)
         except (MalformedMessage, UnicodeDecodeError) as exc:
-            self.malformed += 1
-            log.error(
-                "spout %s: stream %s entry %s is malformed (%s); moved to %s, not emitted",
-                self._component,
-                self.stream,
-                entry_id,
-                exc,
-                self.dead_letter_stream,
+            self._collector.report_malformed(
+                f"stream {self.stream} entry {entry_id}: {exc}; moved to {self.dead_letter_stream}"
             )
             body = {"id": entry_id, "reason": str(exc), "data": raw if raw is not None else b""}
             with_retries("dead-letter", lambda: self._dead_letter(entry_id, body))
@@ -179,7 +164,7 @@ class RedisStreamSpout(Spout):
         ids, self._unacked = self._unacked, []
         try:
             self._client.xack(self.stream, self.group, *ids)
-        except (redis.ConnectionError, redis.TimeoutError):
+        except LOST:
             self._unacked = ids + self._unacked
 
     def ack(self, msg_id: str) -> None:

@@ -21,7 +21,12 @@ SQUALL_SPARK_MASTER = "squall.spark.master"
 SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # next_tuple calls per spout task per wave
 SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
-SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"  # SQLite file of transactional progress
+# Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
+SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"
+# Connection URLs that connectors use when they are not given one
+SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
+SQUALL_AMQP_URL = "squall.amqp.url"  # amqp://guest:guest@127.0.0.1:5672/%2F
+SQUALL_POSTGRESQL_URL = "squall.postgresql.url"  # postgresql://user@127.0.0.1:5432/db
 
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ACKER_EXECUTORS: 1,
@@ -35,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
+    SQUALL_REDIS_URL: None,
+    SQUALL_AMQP_URL: None,
+    SQUALL_POSTGRESQL_URL: None,
 }
 
 
@@ -75,6 +83,23 @@ def _non_empty_str(v: Any) -> str | None:
     return None if isinstance(v, str) and v else "a non-empty string"
 
 
+def _url(*schemes: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        if isinstance(v, str) and "://" in v and v.split("://", 1)[0] in schemes and len(v.split("://", 1)[1]) > 0:
+            return None
+        return "a URL starting with " + " or ".join(f"{s}://" for s in schemes)
+
+    return check
+
+
+def _store(v: Any) -> str | None:
+    if _non_empty_str(v) is not None:
+        return "a SQLite path, sqlite:///path or zookeeper://host:port/root"
+    if "://" in v and v.split("://", 1)[0] not in ("sqlite", "zookeeper"):
+        return "a SQLite path, sqlite:///path or zookeeper://host:port/root"
+    return None
+
+
 VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_ACKER_EXECUTORS: _int_at_least(0),
     TOPOLOGY_MESSAGE_TIMEOUT_SECS: _positive_number,
@@ -86,7 +111,10 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WAVE_SPOUT_BATCH: _int_at_least(1),
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
-    SQUALL_TRANSACTIONAL_STORE: _non_empty_str,
+    SQUALL_TRANSACTIONAL_STORE: _store,
+    SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),
+    SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),
+    SQUALL_POSTGRESQL_URL: _optional(_url("postgresql", "postgres")),
 }
 
 

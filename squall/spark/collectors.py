@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, fail_messages
 from squall.spark.records import Out, Routes, check_emit, direct_target
 
+log = logging.getLogger("squall")
+
 
 @dataclass
 class TaskStatus:
@@ -22,6 +25,7 @@ class TaskStatus:
     emitted: int = 0
     acked: int = 0
     failed: int = 0
+    malformed: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -104,6 +108,11 @@ class OutputCollector:
     def report_error(self, error: BaseException) -> None:
         text = "".join(traceback.format_exception(error))
         self.status.errors.append(f"{self._component} task {self._task}: {text}")
+
+    def report_malformed(self, what: str) -> None:
+        """A source message that was set aside, not emitted: counted and logged."""
+        self.status.malformed += 1
+        log.error("%s task %d: malformed message set aside: %s", self._component, self._task, what)
 
 
 class BasicOutputCollector:

@@ -75,6 +75,11 @@ class SpoutOutputCollector:
     def report_error(self, error: BaseException) -> None:
         log.error("spout %s task %d reported an error", self._component, self._task, exc_info=error)
 
+    def report_malformed(self, what: str) -> None:
+        """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
+        self._run.stats.of(self._component).malformed += 1
+        log.error("spout %s task %d: malformed message set aside: %s", self._component, self._task, what)
+
 
 class SpoutTask:
     def __init__(self, run: TopologyRun, component: str, task: int) -> None:

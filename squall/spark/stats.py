@@ -15,6 +15,7 @@ class ComponentStats:
     failed: int = 0
     timed_out: int = 0  # counted apart from explicit fails (also included in failed)
     errors: int = 0
+    malformed: int = 0  # spout messages set aside as malformed, never emitted
     latencies_ms: list[float] = field(default_factory=list)
 
     def add(self, status) -> None:
@@ -24,6 +25,7 @@ class ComponentStats:
         self.acked += status.acked
         self.failed += status.failed
         self.errors += len(status.errors)
+        self.malformed += status.malformed
 
     def latency_percentile(self, q: float) -> float | None:
         if not self.latencies_ms:
@@ -49,5 +51,6 @@ class RunStats:
             total.acked += c.acked
             total.failed += c.failed
             total.timed_out += c.timed_out
+            total.malformed += c.malformed
             total.latencies_ms.extend(c.latencies_ms)
         return total

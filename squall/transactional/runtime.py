@@ -83,7 +83,8 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
             yield (None, ("F", f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
             return
         yield (None, ("M", partition, new_meta))
-    yield (None, ("N", sum(1 for _, payload in collector.out if payload[0] == Out.EMIT)))
+    emitted = sum(1 for _, payload in collector.out if payload[0] == Out.EMIT)
+    yield (None, ("N", emitted, collector.status.malformed))
     yield from collector.out
 
 
@@ -293,6 +294,7 @@ class TransactionalRun:
             return None
         metas = {str(row[1]): row[2] for row in rows if row[0] == "M"}
         tuples = sum(row[1] for row in rows if row[0] == "N")
+        malformed = sum(row[2] for row in rows if row[0] == "N")
         if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
             emitted.unpersist()
             return None
@@ -301,6 +303,8 @@ class TransactionalRun:
         with self._lock:
             self._batches[attempt] = batch
         self.stats.of(self.ttopo.spout_id).emitted += tuples
+        if all(mode == "new" for _, mode, _ in plan):  # a replay meets the same malformed entries again
+            self.stats.of(self.ttopo.spout_id).malformed += malformed
         if tuples:
             self.last_activity = self.clock.now()
         return batch
