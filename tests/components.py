@@ -347,3 +347,47 @@ class TaskTaggedSpout(Spout):
 
     def ack(self, msg_id):
         TaskTaggedSpout.received[self.task].append(msg_id)
+
+
+class FailFirstDelivery(BasicBolt):
+    """Fails the first delivery of each value listed, then lets it through."""
+
+    outputs = ("word",)
+
+    def __init__(self, marker_dir: str, words) -> None:
+        self.marker_dir, self.words = marker_dir, set(words)
+
+    def execute(self, tup, collector):
+        marker = Path(self.marker_dir, f"seen-{tup[0]}")
+        if tup[0] in self.words and not marker.exists():
+            marker.write_text("")
+            raise FailedException("first delivery")
+        collector.emit([tup[0]])
+
+
+class SpoutRecorder:
+    """The collector as a spout sees it, recording what the spout emits and sets aside."""
+
+    def __init__(self):
+        self.emitted = []
+        self.malformed = []
+
+    def emit(self, values, msg_id=None, stream="default"):
+        self.emitted.append((tuple(values), msg_id))
+        return []
+
+    def report_malformed(self, what):
+        self.malformed.append(what)
+
+
+def opened(spout, conf=None, component="s") -> SpoutRecorder:
+    """``spout`` opened outside any topology run, with a recording collector."""
+    from squall.model import TopologyBuilder
+    from squall.model.topology import TopologyContext
+
+    b = TopologyBuilder()
+    b.set_spout(component, spout)
+    b.set_bolt("sink", AckAll()).shuffle_grouping(component)
+    recorder = SpoutRecorder()
+    spout.open(conf or {}, TopologyContext(b.build(), component, 1), recorder)
+    return recorder

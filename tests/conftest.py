@@ -57,13 +57,13 @@ def rabbitmq_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
+def postgres_server():
     """One PostgreSQL cluster for the session; each test uses tables of its own."""
     from servers import PostgresServer
 
-    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    server = PostgresServer()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -77,17 +78,19 @@ def _as_postgres_user() -> list[str]:
 
 
 class PostgresServer:
-    """A fresh cluster (``initdb``) in ``directory``, trust auth, on a free loopback port."""
+    """A fresh cluster (``initdb``), trust auth, on a free loopback port, in a directory of its own
+    under the system temp dir (pytest's are private to root, and the server runs as postgres then).
+    ``close()`` stops it and removes the directory."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self) -> None:
         initdb = require("/usr/lib/postgresql/*/bin/initdb", "postgresql")
         self.bin = Path(initdb).parent
-        self.directory = directory
-        self.data = directory / "data"
+        self.directory = Path(tempfile.mkdtemp(prefix="squall-postgres-"))
+        self.data = self.directory / "data"
         self.port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         if os.geteuid() == 0:
-            shutil.chown(directory, "postgres")
+            shutil.chown(self.directory, "postgres")
         subprocess.run(
             [*_as_postgres_user(), initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"],
             check=True,
@@ -109,6 +112,10 @@ class PostgresServer:
             [*_as_postgres_user(), str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
             capture_output=True,
         )
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ZooKeeperServer:

@@ -5,7 +5,7 @@ import time
 from collections import Counter
 
 from servers import RedisServer
-from tx_components import PartialWordCount, RedisCountCommitter, word_data
+from tx_components import CountCommitter, PartialWordCount, word_data
 
 from squall.connectors.redis_log import RedisKeyedState, RedisLogOpaqueSpout, RedisLogTransactionalSpout
 from squall.connectors.redis_streams import connect
@@ -53,9 +53,7 @@ def test_exactly_once_from_a_redis_log_into_redis_state_through_failures(spark, 
     spout = RedisLogTransactionalSpout([(redis_server.url, f"words:{p}") for p in data], ["word"], 9)
     b = TransactionalTopologyBuilder("redis-exact", "spout", spout, 2)
     b.set_bolt("partial", PartialWordCount(fail_rate=0.1), 2).shuffle_grouping("spout")
-    b.set_bolt("commit", RedisCountCommitter(redis_server.url, "counts", fail_rate=0.1), 2).fields_grouping(
-        "partial", ["word"]
-    )
+    b.set_bolt("commit", CountCommitter(redis_server.url, fail_rate=0.1), 2).fields_grouping("partial", ["word"])
     conf = {"topology.max.spout.pending": 3, "squall.transactional.store": str(tmp_path / "coord.sqlite")}
     with TestCluster() as cluster:
         run = cluster.submit_topology("redis-exact", conf, b.build())
@@ -75,7 +73,7 @@ def test_opaque_with_a_partition_unavailable_for_a_while(spark, redis_server, tm
         spout = RedisLogOpaqueSpout([(redis_server.url, "w:0"), (second.url, "w:1")], ["word"], 5)
         b = TransactionalTopologyBuilder("redis-opaque", "spout", spout)
         b.set_bolt("partial", PartialWordCount(), 2).shuffle_grouping("spout")
-        b.set_bolt("commit", RedisCountCommitter(redis_server.url, "ocounts", opaque=True), 2).fields_grouping(
+        b.set_bolt("commit", CountCommitter(redis_server.url, opaque=True, table="ocounts"), 2).fields_grouping(
             "partial", ["word"]
         )
         conf = {"topology.max.spout.pending": 2, "squall.transactional.store": str(tmp_path / "coord.sqlite")}

@@ -2,58 +2,14 @@
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import redis
-from components import AckAll
+from components import AckAll, FailFirstDelivery, opened
 from tx_components import WORDS
 
-from squall import BasicBolt, FailedException, TopologyBuilder
+from squall import TopologyBuilder
 from squall.connectors.redis_streams import BrokerUnavailable, RedisStreamSpout, connect
-from squall.model.topology import TopologyContext
-
-
-class FailFirstDelivery(BasicBolt):
-    """Fails the first delivery of each value listed, then lets it through."""
-
-    outputs = ("word",)
-
-    def __init__(self, marker_dir: str, words) -> None:
-        self.marker_dir, self.words = marker_dir, set(words)
-
-    def execute(self, tup, collector):
-        marker = Path(self.marker_dir, f"seen-{tup[0]}")
-        if tup[0] in self.words and not marker.exists():
-            marker.write_text("")
-            raise FailedException("first delivery")
-        collector.emit([tup[0]])
-
-
-class Recorder:
-    """The spout collector as a spout sees it: records what is emitted."""
-
-    def __init__(self):
-        self.emitted = []
-        self.malformed = []
-
-    def emit(self, values, msg_id=None, stream="default"):
-        self.emitted.append((tuple(values), msg_id))
-        return []
-
-    def report_malformed(self, what):
-        self.malformed.append(what)
-
-
-def opened(spout, component="s"):
-    from squall.model import TopologyBuilder as TB
-
-    b = TB()
-    b.set_spout(component, spout)
-    b.set_bolt("sink", AckAll()).shuffle_grouping(component)
-    recorder = Recorder()
-    spout.open({}, TopologyContext(b.build(), component, 1), recorder)
-    return recorder
 
 
 def test_every_entry_is_acked_and_failures_are_redelivered(cluster, redis_server, tmp_path):

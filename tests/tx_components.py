@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from squall import FailedException
-from squall.transactional import BatchBolt, Committer, OpaqueMemoryTransactionalSpout, SqliteKeyedState
+from squall.connectors.keyed_state import open_keyed_state
+from squall.transactional import BatchBolt, Committer, OpaqueMemoryTransactionalSpout
 
 
 def _unlucky(attempt, task: int, salt: str, rate: float) -> bool:
@@ -64,19 +65,21 @@ class FailFirstTry(BatchBolt):
 
 
 class CountCommitter(BatchBolt, Committer):
-    """Adds the batch's word counts to a keyed state; fails at random before or after writing."""
+    """Adds the batch's word counts to the keyed state ``table`` of the store at ``state`` (a SQLite
+    path, or a redis:// or postgresql:// URL); fails at random before or after writing."""
 
     outputs = ("id", "word", "count")
 
     def __init__(
         self,
-        db_path: str,
+        state: str,
         fail_rate: float = 0.0,
         opaque: bool = False,
         pause: float = 0.0,
         marker_dir: str | None = None,
+        table: str = "counts",
     ) -> None:
-        self.db_path, self.fail_rate, self.opaque = db_path, fail_rate, opaque
+        self.state, self.fail_rate, self.opaque, self.table = str(state), fail_rate, opaque, table
         self.pause, self.marker_dir = pause, marker_dir
 
     def prepare(self, conf, context, collector, batch_id):
@@ -92,9 +95,11 @@ class CountCommitter(BatchBolt, Committer):
         if self.marker_dir:  # announce the commit, then take a while: a window to be killed in
             Path(self.marker_dir, f"committing-{self.id.txid}-{self.task}").write_text("")
             time.sleep(self.pause)
-        state = SqliteKeyedState(self.db_path, "counts", opaque=self.opaque)
-        state.update(self.id.txid, self.counts, writer=self.writer)
-        state.close()
+        state = open_keyed_state(self.state, self.table, opaque=self.opaque)
+        try:
+            state.update(self.id.txid, self.counts, writer=self.writer)
+        finally:
+            state.close()
         if _unlucky(self.id, self.task, "after", self.fail_rate):
             raise FailedException(f"injected after the commit, txid {self.id.txid}")
 
@@ -117,8 +122,8 @@ class ReplayChangingOpaqueSpout(OpaqueMemoryTransactionalSpout):
 class FailFirstCommitAfterWriting(CountCommitter):
     """On each txid in ``txids``, the first commit writes its counts and then fails."""
 
-    def __init__(self, db_path: str, txids, marker_dir: str) -> None:
-        super().__init__(db_path, opaque=True)
+    def __init__(self, state: str, txids, marker_dir: str, opaque: bool = True, table: str = "counts") -> None:
+        super().__init__(state, opaque=opaque, table=table)
         self.txids, self.failure_dir = set(txids), marker_dir
 
     def finish_batch(self):
@@ -155,28 +160,3 @@ class ForwardingCommitter(BatchBolt, Committer):
         if self.id.txid == self.txid and self.index == 0 and not Path(self.marker).exists():
             Path(self.marker).write_text("")
             raise FailedException("a committer upstream of another fails")
-
-
-class RedisCountCommitter(BatchBolt, Committer):
-    """Adds the batch's word counts to Redis state; fails at random before or after writing."""
-
-    outputs = ("id", "word", "count")
-
-    def __init__(self, url: str, name: str, opaque: bool = False, fail_rate: float = 0.0) -> None:
-        self.url, self.name, self.opaque, self.fail_rate = url, name, opaque, fail_rate
-
-    def prepare(self, conf, context, collector, batch_id):
-        self.id, self.task, self.counts = batch_id, context.task_id, {}
-        self.writer = f"{context.component_id}/{context.task_index}"
-
-    def execute(self, tup):
-        self.counts[tup[1]] = self.counts.get(tup[1], 0) + tup[2]
-
-    def finish_batch(self):
-        from squall.connectors.redis_log import RedisKeyedState
-
-        if _unlucky(self.id, self.task, "before", self.fail_rate):
-            raise FailedException("injected before the commit")
-        RedisKeyedState(self.url, self.name, opaque=self.opaque).update(self.id.txid, self.counts, writer=self.writer)
-        if _unlucky(self.id, self.task, "after", self.fail_rate):
-            raise FailedException("injected after the commit")

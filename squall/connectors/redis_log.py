@@ -153,6 +153,9 @@ class RedisKeyedState:
                 except redis.WatchError:
                     continue
 
+    def close(self) -> None:
+        self.client.close()
+
     def values(self) -> dict[Any, Any]:
         out = {}
         for f, r in self.client.hgetall(self.name).items():
