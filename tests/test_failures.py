@@ -1,21 +1,17 @@
 """The seed's failure cases, at the level of the whole system."""
 
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from components import CrashOnce, Hold, ReplayingSpout, WordCount
+from drivers import finish_driver, kill_driver, start_driver
 
 from squall import TopologyBuilder
 from squall.connectors import ReliableQueue
 from squall.testing import FeederSpout
 
-HERE = Path(__file__).parent
 
 
 def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
@@ -71,16 +67,6 @@ def test_lost_acker_state_replays_through_timeout(cluster):
     assert sorted(spout.acked) == list(range(12)) and sorted(spout.fail_calls) == sorted(lost)
 
 
-def _start_driver(conf: dict) -> subprocess.Popen:
-    args = [sys.executable, "-m", "squall.cli", "run", str(HERE / "topologies" / "queue_sink.py"), "--idle-secs", "2"]
-    for key, value in conf.items():
-        args += ["--conf", f"{key}={value}"]
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
-    return subprocess.Popen(
-        args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
 def _seen(sink: Path) -> list[str]:
     try:
         with sqlite3.connect(sink, timeout=30) as db:
@@ -97,21 +83,19 @@ def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
     producer.put_many([v] for v in values)
     conf = {"test.queue": queue_path, "test.sink": sink}
 
-    first = _start_driver(conf)
+    first = start_driver("queue_sink.py", conf)
     deadline = time.monotonic() + 240
     while len(_seen(sink)) < 60:
         assert first.poll() is None, first.stdout.read()
         assert time.monotonic() < deadline, "the first driver made no progress"
         time.sleep(0.2)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
+    kill_driver(first)
     left = producer.counts()
     assert left["pending"] > 0  # the dead driver held messages
     assert left["ready"] + left["pending"] < len(values)
 
-    second = _start_driver(conf)
-    output, _ = second.communicate(timeout=300)
-    assert second.returncode == 0, output
+    second = start_driver("queue_sink.py", conf)
+    finish_driver(second, timeout=300)
     seen = Counter(_seen(sink))
     assert set(seen) == set(values)  # every message processed at least once
     assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}

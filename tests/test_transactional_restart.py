@@ -1,39 +1,15 @@
 """SIGKILL the driver of a transactional topology (once in the middle of a commit), restart it,
 and the counts are still exact."""
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from drivers import finish_driver, kill_driver, start_driver
 from tx_components import word_data
 
 from squall.transactional import SqliteCoordinatorStore, SqliteKeyedState
-
-HERE = Path(__file__).parent
-
-
-def start(conf: dict) -> subprocess.Popen:
-    args = [sys.executable, "-m", "squall.cli", "run", str(HERE / "topologies" / "tx_restart.py"), "--idle-secs", "2"]
-    for key, value in conf.items():
-        args += ["--conf", f"{key}={value}"]
-    return subprocess.Popen(
-        args,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def kill(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def committed(store_path: Path) -> int:
@@ -56,24 +32,23 @@ def test_driver_killed_mid_commit_and_at_random_resumes_with_exact_counts(tmp_pa
         "squall.transactional.store": tmp_path / "coordinator.sqlite",
     }
     # 1: kill while a commit of txid >= 3 is under way
-    first = start(conf)
+    first = start_driver("tx_restart.py", conf)
     deadline = time.monotonic() + 240
     while not any(int(p.name.split("-")[1]) >= 3 for p in markers.iterdir()):
         assert first.poll() is None, first.stdout.read()
         assert time.monotonic() < deadline, "no commit started"
         time.sleep(0.05)
-    kill(first)
+    kill_driver(first)
     after_first = committed(conf["squall.transactional.store"])
 
     # 2: kill again at a random moment
-    second = start(conf)
+    second = start_driver("tx_restart.py", conf)
     time.sleep(random.uniform(6, 12))
-    kill(second)
+    kill_driver(second)
 
     # 3: run to the end
-    third = start(conf)
-    output, _ = third.communicate(timeout=600)
-    assert third.returncode == 0, output
+    third = start_driver("tx_restart.py", conf)
+    finish_driver(third)
 
     state = SqliteKeyedState(conf["test.db"], "counts")
     expected = Counter(v[0] for rows in word_data(3, 120, seed=seed).values() for v in rows)

@@ -1,0 +1,47 @@
+"""Start ``squall run`` drivers as processes of their own, and SIGKILL them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def start_driver(topology: str, conf: dict, idle_secs: float = 2) -> subprocess.Popen:
+    """``squall run tests/topologies/<topology>`` with ``conf``, in a new session (its own process group)."""
+    args = [
+        sys.executable,
+        "-m",
+        "squall.cli",
+        "run",
+        str(HERE / "topologies" / topology),
+        "--idle-secs",
+        str(idle_secs),
+    ]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return subprocess.Popen(
+        args,
+        env={**os.environ, "PYTHONPATH": str(HERE)},
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def kill_driver(process: subprocess.Popen) -> None:
+    """SIGKILL the driver and everything it started (Spark's JVM and Python workers)."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def finish_driver(process: subprocess.Popen, timeout: float = 600) -> str:
+    """Wait for a driver to stop by itself; its output, which must show a clean exit."""
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output
+    return output
