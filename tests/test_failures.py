@@ -13,7 +13,6 @@ from squall.connectors import ReliableQueue
 from squall.testing import FeederSpout
 
 
-
 def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
     """A bolt kills its Python worker (os._exit); Spark retries the task from the task's saved state."""
     marker = tmp_path / "crashed"
