@@ -97,7 +97,7 @@ def summary_table(run: TopologyRun) -> Table:
         "acked",
         "failed",
         "timed out",
-        "malformed (set aside)",
+        "malformed",
         "complete latency p50",
         "p99",
         title="summary (spout tuples)",
