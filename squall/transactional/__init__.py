@@ -10,7 +10,7 @@ from squall.transactional.spouts import (
     PartitionedTransactionalSpout,
 )
 from squall.transactional.state import OpaqueValue, SqliteKeyedState, TransactionalValue
-from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore
+from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore, open_coordinator_store
 
 __all__ = [
     "BatchBolt",
@@ -22,6 +22,7 @@ __all__ = [
     "OpaqueValue",
     "PartitionedTransactionalSpout",
     "SqliteCoordinatorStore",
+    "open_coordinator_store",
     "SqliteKeyedState",
     "TransactionAttempt",
     "TransactionCoordinator",

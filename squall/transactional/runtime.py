@@ -33,7 +33,6 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 from pyspark import RDD, SparkContext, StorageLevel
 from pyspark.cloudpickle import dumps as cloudpickle_dumps
@@ -51,7 +50,7 @@ from squall.spark.wave import _emits_for, _load_run, _task_index
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
-from squall.transactional.store import SqliteCoordinatorStore
+from squall.transactional.store import open_coordinator_store
 
 log = logging.getLogger("squall.transactional")
 
@@ -193,9 +192,7 @@ class TransactionalRun:
         self.conf = cfg.resolve_config(ttopo.topology.conf, conf)
         self.sc, self.clock = sc, clock
         max_pending = self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING] or 1
-        store_path = Path(self.conf[cfg.SQUALL_TRANSACTIONAL_STORE])
-        store_path.parent.mkdir(parents=True, exist_ok=True)
-        self.store = SqliteCoordinatorStore(store_path, ttopo.id)
+        self.store = open_coordinator_store(str(self.conf[cfg.SQUALL_TRANSACTIONAL_STORE]), ttopo.id)
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"

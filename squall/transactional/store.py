@@ -12,6 +12,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -34,6 +35,9 @@ class CoordinatorStore:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         yield
+
+    def close(self) -> None:
+        """Release the store's connection."""
 
 
 class SqliteCoordinatorStore(CoordinatorStore):
@@ -103,3 +107,15 @@ class SqliteCoordinatorStore(CoordinatorStore):
 
     def close(self) -> None:
         self._db.close()
+
+
+def open_coordinator_store(location: str, topology_id: str) -> CoordinatorStore:
+    """The store at ``location`` (config ``squall.transactional.store``): a SQLite path or
+    ``sqlite:///path`` (the embedded default), or ``zookeeper://host:port[,host:port]/root``."""
+    if location.startswith("zookeeper://"):
+        from squall.connectors.zookeeper import ZooKeeperCoordinatorStore
+
+        return ZooKeeperCoordinatorStore.from_url(location, topology_id)
+    path = Path(location.removeprefix("sqlite://"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteCoordinatorStore(path, topology_id)
