@@ -144,6 +144,21 @@ class ZooKeeperServer:
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
         log.close()
         wait_for_port(self.port, self.process, "zookeeper")
+        self._wait_serving()
+
+    def _wait_serving(self, timeout: float = 30.0) -> None:
+        """Until it serves, not just accepts: ZooKeeper drops a session handshake that comes while it starts."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    s.sendall(b"srvr")
+                    if b"Mode:" in b"".join(iter(lambda: s.recv(4096), b"")):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"zookeeper on 127.0.0.1:{self.port} did not serve within {timeout}s")
 
     def stop(self) -> None:
         if self.process.poll() is None:
