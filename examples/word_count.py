@@ -2,25 +2,33 @@
 
     sentences (queue) --shuffle--> split --fields("word")--> count --> SQLite
 
-Sentences come from squall's embedded reliable queue, filled with sample
-sentences on the first run. ``count`` keeps its counts as task state and, on
-each tick, writes the counts that changed to a SQLite table and only then acks
-the tuples it held: a word is acked once its count is stored.
+Sentences come from squall's embedded reliable queue, or from a RabbitMQ queue
+or a Redis stream, filled with sample sentences on the first run. ``count``
+keeps its counts as task state and, on each tick, writes the counts that changed
+to a SQLite table and only then acks the tuples it held: a word is acked once
+its count is stored.
 
     squall run examples/word_count.py [--conf example.dir=PATH] [--conf example.sentences=N]
+    squall run examples/word_count.py --conf example.source=rabbitmq \
+        --conf squall.amqp.url=amqp://guest:guest@127.0.0.1:5672/%2F
+    squall run examples/word_count.py --conf example.source=redis --conf squall.redis.url=redis://127.0.0.1:6379/0
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, Fields, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
+from squall.connectors.rabbitmq import RabbitMQSpout, publish, queue_depth
+from squall.connectors.redis_streams import RedisStreamSpout, connect
 
 NAME = "word-count"
 CONF = {
+    "example.source": "queue",  # or rabbitmq, redis
     "example.dir": ".squall-data",
     "example.sentences": 2000,
     "topology.message.timeout.secs": 30,
@@ -90,28 +98,50 @@ def paths(conf) -> tuple[str, str]:
     return str(base / "sentences.sqlite"), str(base / "word_counts.sqlite")
 
 
-def fill_queue_once(queue_path: str, count: int) -> int:
-    """Put ``count`` sample sentences on the queue, the first time only."""
-    queue = ReliableQueue(queue_path, "sentences")
-    try:
-        with queue._db as db:
-            db.execute("CREATE TABLE IF NOT EXISTS filled (n INTEGER)")
-            if db.execute("SELECT count(*) FROM filled").fetchone()[0]:
-                return 0
-            db.execute("INSERT INTO filled VALUES (?)", (count,))
-        queue.put_many([SENTENCES[i % len(SENTENCES)]] for i in range(count))
-        return count
-    finally:
+def fill_once(conf, count: int) -> int:
+    """Put ``count`` sample sentences on the source, the first time only (per ``example.dir``)."""
+    queue_path, db_path = paths(conf)
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS filled (n INTEGER)")
+        if db.execute("SELECT count(*) FROM filled").fetchone()[0]:
+            return 0
+        db.execute("INSERT INTO filled VALUES (?)", (count,))
+    sentences = [[SENTENCES[i % len(SENTENCES)]] for i in range(count)]
+    source = conf["example.source"]
+    if source == "rabbitmq":
+        publish(conf["squall.amqp.url"], "sentences", sentences)
+    elif source == "redis":
+        client = connect(conf["squall.redis.url"])
+        pipe = client.pipeline(transaction=False)
+        for values in sentences:
+            pipe.xadd("sentences", {"data": json.dumps(values)})
+        pipe.execute()
+    else:
+        queue = ReliableQueue(queue_path, "sentences")
+        queue.put_many(sentences)
         queue.close()
+    return count
+
+
+def sentence_spout(conf):
+    source = conf["example.source"]
+    if source == "rabbitmq":
+        return RabbitMQSpout("sentences", fields=["sentence"])  # the URL is config squall.amqp.url
+    if source == "redis":
+        return RedisStreamSpout(None, "sentences", fields=["sentence"])  # the URL is config squall.redis.url
+    if source == "queue":
+        return QueueSpout(paths(conf)[0], "sentences", fields=["sentence"])
+    raise ValueError(f"example.source must be queue, rabbitmq or redis, got {source!r}")
 
 
 def build_topology(conf):
-    queue_path, db_path = paths(conf)
+    _, db_path = paths(conf)
     with sqlite3.connect(db_path) as db:
         db.execute("CREATE TABLE IF NOT EXISTS word_counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL)")
-    fill_queue_once(queue_path, int(conf["example.sentences"]))
+    spout = sentence_spout(conf)
+    fill_once(conf, int(conf["example.sentences"]))
     builder = TopologyBuilder()
-    builder.set_spout("sentences", QueueSpout(queue_path, "sentences", fields=["sentence"]))
+    builder.set_spout("sentences", spout)
     builder.set_bolt("split", SplitSentence(), 4).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(os.path.abspath(db_path)), 4).fields_grouping(
         "split", Fields("word")
@@ -124,8 +154,15 @@ def summary(conf, console):
     with sqlite3.connect(db_path) as db:
         rows = db.execute("SELECT word, count FROM word_counts ORDER BY count DESC, word LIMIT 8").fetchall()
         total = db.execute("SELECT coalesce(sum(count), 0) FROM word_counts").fetchone()[0]
-    queue = ReliableQueue(queue_path, "sentences")
-    left = queue.counts()
-    queue.close()
     console.print(f"words counted in {db_path}: {total}; top: " + ", ".join(f"{w}={c}" for w, c in rows))
-    console.print(f"queue {queue_path}: {left['ready']} ready, {left['pending']} pending, {left['dead']} set aside")
+    source = conf["example.source"]
+    if source == "rabbitmq":
+        console.print(f"RabbitMQ queue sentences: {queue_depth(conf['squall.amqp.url'], 'sentences')} left")
+    elif source == "redis":
+        pending = connect(conf["squall.redis.url"]).xpending("sentences", "squall")["pending"]
+        console.print(f"Redis stream sentences: {pending} pending")
+    else:
+        queue = ReliableQueue(queue_path, "sentences")
+        left = queue.counts()
+        queue.close()
+        console.print(f"queue {queue_path}: {left['ready']} ready, {left['pending']} pending, {left['dead']} set aside")

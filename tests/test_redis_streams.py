@@ -1,6 +1,7 @@
 """The Redis Streams reliable spout, against a real redis-server."""
 
 import json
+import threading
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from tx_components import WORDS
 
 from squall import TopologyBuilder
 from squall.connectors.redis_streams import BrokerUnavailable, RedisStreamSpout, connect
+from squall.testing import TestCluster
 
 
 def test_every_entry_is_acked_and_failures_are_redelivered(cluster, redis_server, tmp_path):
@@ -81,3 +83,30 @@ def test_a_broker_that_is_down_at_start_is_named():
 
 def test_redis_client_is_real(redis_server):
     assert isinstance(connect(redis_server.url), redis.Redis)
+
+
+def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_path):
+    from servers import RedisServer
+
+    server = RedisServer(tmp_path, persistent=True)
+    try:
+        client = connect(server.url)
+        for n in range(200):
+            client.xadd("jobs", {"data": json.dumps(n)})
+        b = TopologyBuilder()
+        b.set_spout("s", RedisStreamSpout(server.url, "jobs", fields=["n"], read_count=10))
+        b.set_bolt("sink", AckAll()).shuffle_grouping("s")
+        conf = {"topology.max.spout.pending": 20, "squall.wave.spout.batch": 10}
+        with TestCluster() as cluster:
+            run = cluster.submit_for_capture("redis-lost", conf, b.build())
+            while run.stats.of("s").acked < 40:
+                run.step()
+            server.stop()
+            threading.Timer(1.5, server.start).start()  # back 1.5 s later, with the same data (fsynced AOF)
+            run.step()  # the spout's calls retry with backoff until the server is back
+            cluster.wait_idle()
+            cluster.wait_idle()
+        assert {v for (v,) in run.captured["s"]} == set(range(200))  # every entry emitted, at least once
+        assert connect(server.url).xpending("jobs", "squall")["pending"] == 0  # and every one acked
+    finally:
+        server.stop()
