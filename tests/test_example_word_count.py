@@ -28,3 +28,21 @@ def test_word_count_example_counts_every_word_exactly(spark, tmp_path):
     run_file(str(EXAMPLE), conf, None, "wc-again", duration=None, idle_secs=1.0, console=console)
     with sqlite3.connect(tmp_path / "word_counts.sqlite") as db:
         assert dict(db.execute("SELECT word, count FROM word_counts")) == dict(expected)
+
+
+def test_malformed_messages_are_set_aside_counted_and_shown(spark, tmp_path):
+    from squall.connectors import ReliableQueue
+
+    queue = ReliableQueue(tmp_path / "sentences.sqlite", "sentences")
+    queue.put_raw("{not json")
+    queue.put_raw('["two", "fields"]')
+    queue.close()
+    console = Console(record=True, width=200)
+    conf = [f"example.dir={tmp_path}", "example.sentences=20"]
+    run = run_file(str(EXAMPLE), conf, None, "wc-malformed", duration=None, idle_secs=1.5, console=console)
+    spout = run.stats.of("sentences")
+    assert (spout.emitted, spout.acked, spout.malformed) == (20, 20, 2)
+    text = console.export_text()
+    assert "malformed" in text and "0 ready, 0 pending, 2 set aside" in text
+    summary = text[text.index("summary (spout tuples)") :]
+    assert "│ 20             │ 20    │ 0      │ 0         │ 2         │" in summary
