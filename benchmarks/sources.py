@@ -1,0 +1,147 @@
+"""Word count throughput by source: in memory, the embedded queue, RabbitMQ and Redis Streams.
+
+All squall runs share one local Spark context, the same sentences and the same
+settings (acked, waves of 5,000, max pending 5,000). Figures are ratios within
+this run: each source against the in-memory spout, and each broker's own drain
+rate (a plain consumer that reads and acks, no squall) for scale. Prints one
+``name=value`` per line.
+
+    python benchmarks/sources.py [--sentences 20000] [--master local[2]] \\
+        [--amqp-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis-url redis://127.0.0.1:6379/0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from squall import BasicBolt, TopologyBuilder
+from squall.connectors import QueueSpout, ReliableQueue
+from squall.connectors.rabbitmq import RabbitMQSpout, connect, publish
+from squall.connectors.redis_streams import RedisStreamSpout
+from squall.connectors.redis_streams import connect as redis_connect
+from squall.runner import load_module
+from squall.spark.context import spark_context
+from squall.testing import FeederSpout, TestCluster
+
+EXAMPLE = load_module(Path(__file__).parent.parent / "examples" / "word_count.py")
+SENTENCES, Split = EXAMPLE.SENTENCES, EXAMPLE.SplitSentence
+CONF = {"topology.max.spout.pending": 5000, "squall.wave.spout.batch": 5000}
+
+
+class Count(BasicBolt):
+    outputs = ()
+
+    def prepare(self, conf, context):
+        self.counts = {}
+
+    def execute(self, tup, collector):
+        self.counts[tup[0]] = self.counts.get(tup[0], 0) + 1
+
+
+def squall_rate(spout, n: int) -> float:
+    """Sentences per second through split and count, from the first wave until all ``n`` are acked."""
+    b = TopologyBuilder()
+    b.set_spout("sentences", spout)
+    b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
+    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    with TestCluster() as cluster:
+        run = cluster.submit_topology("bench", CONF, b.build())
+        stats = run.stats.of("sentences")
+        started = time.perf_counter()
+        while stats.acked < n:
+            run.step()
+        return n / (time.perf_counter() - started)
+
+
+def rabbitmq_drain_rate(url: str, queue: str, n: int) -> float:
+    connection = connect(url)
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=5000)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append((method.delivery_tag, body)))
+    started, done = time.perf_counter(), 0
+    while done < n:
+        connection.process_data_events(time_limit=0.01)
+        for tag, body in got:
+            json.loads(body)
+            channel.basic_ack(tag)
+        done += len(got)
+        got.clear()
+    rate = n / (time.perf_counter() - started)
+    channel.queue_delete(queue)
+    connection.close()
+    return rate
+
+
+def redis_drain_rate(url: str, stream: str, n: int) -> float:
+    client = redis_connect(url)
+    client.xgroup_create(stream, "drain", id="0")
+    started, done = time.perf_counter(), 0
+    while done < n:
+        for _, entries in client.xreadgroup("drain", "c", {stream: ">"}, count=100) or []:
+            for entry_id, data in entries:
+                json.loads(data[b"data"])
+                client.xack(stream, "drain", entry_id)
+            done += len(entries)
+    return n / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=20_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    args = parser.parse_args()
+    n = args.sentences
+    sentences = [[SENTENCES[i % len(SENTENCES)]] for i in range(n)]
+    spark_context(args.master, app_name="squall-bench-sources")
+    tag = uuid.uuid4().hex[:8]
+    rates: dict[str, float] = {}
+
+    feeder = FeederSpout(["sentence"])
+    for i, values in enumerate(sentences):
+        feeder.feed(values, msg_id=i)
+    rates["memory"] = squall_rate(feeder, n)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        queue = ReliableQueue(Path(tmp, "q.sqlite"), "s")
+        queue.put_many(sentences)
+        queue.close()
+        rates["embedded_queue"] = squall_rate(QueueSpout(Path(tmp, "q.sqlite"), "s", fields=["sentence"]), n)
+
+    publish(args.amqp_url, f"bench-{tag}", sentences)
+    rates["rabbitmq"] = squall_rate(RabbitMQSpout(f"bench-{tag}", args.amqp_url, fields=["sentence"]), n)
+    publish(args.amqp_url, f"drain-{tag}", sentences)
+    rates["rabbitmq_plain_consumer"] = rabbitmq_drain_rate(args.amqp_url, f"drain-{tag}", n)
+    with connect(args.amqp_url) as connection:
+        for name in (f"bench-{tag}", f"bench-{tag}.dead"):
+            connection.channel().queue_delete(name)
+        connection.channel().exchange_delete(f"bench-{tag}.dead")
+
+    client = redis_connect(args.redis_url)
+    for stream in (f"bench-{tag}", f"drain-{tag}"):
+        pipe = client.pipeline(transaction=False)
+        for values in sentences:
+            pipe.xadd(stream, {"data": json.dumps(values)})
+        pipe.execute()
+    rates["redis_streams"] = squall_rate(RedisStreamSpout(args.redis_url, f"bench-{tag}", fields=["sentence"]), n)
+    rates["redis_plain_consumer"] = redis_drain_rate(args.redis_url, f"drain-{tag}", n)
+    client.delete(f"bench-{tag}", f"drain-{tag}")
+
+    print(f"sentences={n}")
+    for name, rate in rates.items():
+        print(f"{name}_sentences_per_second={rate:,.0f}")
+    for name in ("embedded_queue", "rabbitmq", "redis_streams"):
+        print(f"{name}_ratio_to_memory={rates[name] / rates['memory']:.2f}")
+    print(f"rabbitmq_ratio_to_plain_consumer={rates['rabbitmq'] / rates['rabbitmq_plain_consumer']:.3f}")
+    print(f"redis_streams_ratio_to_plain_consumer={rates['redis_streams'] / rates['redis_plain_consumer']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
