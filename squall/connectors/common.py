@@ -6,9 +6,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from squall.model.errors import InvalidConfigError, SquallError
+from squall.model.urls import redact
+
+__all__ = ["RETRY_DELAYS", "BrokerUnavailable", "redact", "url_from", "with_retries"]
 
 log = logging.getLogger("squall.connectors")
 
@@ -19,15 +21,6 @@ RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries aft
 
 class BrokerUnavailable(SquallError):
     """A broker or database that could not be reached; the message names its URL."""
-
-
-def redact(url: str) -> str:
-    """``url`` with its password masked, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def url_from(explicit: str | None, conf: Mapping[str, Any], key: str, component: str) -> str:

@@ -209,6 +209,8 @@ def decode_values(body: str, fields: Fields) -> tuple:
         payload = json.loads(body)
     except json.JSONDecodeError as exc:
         raise MalformedMessage(f"invalid JSON: {exc}") from None
+    except (RecursionError, ValueError, TypeError) as exc:  # nested too deep, say: still not a tuple
+        raise MalformedMessage(f"undecodable JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
     if isinstance(payload, dict):
         missing = [f for f in fields if f not in payload]
         if missing:

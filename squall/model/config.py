@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from squall.model.errors import InvalidConfigError
+from squall.model.urls import redact
 
 TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
 TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
@@ -135,7 +136,8 @@ def check_config(conf: Mapping[str, Any] | None, where: str = "topology config")
             continue
         problem = validator(value)
         if problem:
-            raise InvalidConfigError(f"{where}: {key!r} must be {problem}, got {value!r}")
+            shown = redact(value) if isinstance(value, str) else value
+            raise InvalidConfigError(f"{where}: {key!r} must be {problem}, got {shown!r}")
 
 
 def resolve_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
