@@ -66,9 +66,10 @@ class RedisServer:
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.process, "redis-server")
 
-    def stop(self) -> None:
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server: SIGTERM, or SIGKILL with ``kill``."""
         if self.process.poll() is None:
-            self.process.terminate()
+            self.process.kill() if kill else self.process.terminate()
             self.process.wait(timeout=30)
 
 

@@ -19,6 +19,7 @@ from squall.connectors.rabbitmq import publish, queue_depth
 from squall.connectors.redis_streams import connect
 
 MESSAGES = 200_000
+PENDING = 5000  # topology.max.spout.pending of tests/topologies/broker_word_count.py
 
 
 def sentences(seed: int) -> list[dict]:
@@ -83,6 +84,7 @@ def test_rabbitmq_word_count_survives_two_driver_kills(rabbitmq_server, tmp_path
     rows = counted(out)
     twice, extra = check(messages, rows)
     assert queue_depth(rabbitmq_server.url, "crash-words") == 0  # every message acked
+    assert twice <= len(kills) * PENDING  # only what was in flight at a kill comes again
     print(
         f"\nrabbitmq: seed={seed} messages={MESSAGES} words={len(rows) - extra} publish={published:.1f}s"
         f" driver_kills_at={[f'{k:.0%}' for k in kills]} counted_twice={twice} extra_words={extra}"
@@ -114,6 +116,7 @@ def test_redis_streams_word_count_survives_a_driver_kill_and_a_worker_kill(redis
     rows = counted(out)
     twice, extra = check(messages, rows)
     assert client.xpending("crash-words", "squall")["pending"] == 0  # every entry acked
+    assert twice <= 2 * PENDING  # in flight at the driver kill, and in the wave the worker died in
     print(
         f"\nredis streams: seed={seed} messages={MESSAGES} words={len(rows) - extra}"
         f" driver_kill_at={fraction:.0%} worker_killed=1 counted_twice={twice} extra_words={extra}"

@@ -69,7 +69,7 @@ def test_redis_log_into_postgres_is_exact_through_three_driver_kills(redis_serve
     finish_driver(start_driver("tx_redis_postgres.py", conf, idle_secs=3))
 
     expected = Counter(w for part in words.values() for w in part)
-    counts = PostgresKeyedState(postgres_server.url, "word_counts")
+    counts = PostgresKeyedState(postgres_server.url, "crash_word_counts")
     assert counts.values() == dict(expected)
     assert sum(counts.values().values()) == WORDS_TOTAL
     failed = sorted(int(p.name.rsplit("-", 1)[1]) for p in markers.glob("failed-commit-*"))

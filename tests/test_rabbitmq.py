@@ -52,7 +52,8 @@ def test_malformed_messages_go_to_the_dead_letter_exchange(spark, rabbitmq_serve
     connection = connect(rabbitmq_server.url)
     channel = connection.channel()
     channel.queue_declare(queue, durable=True)
-    bodies = [b"{not json", json.dumps([1, 2, 3]).encode(), b"\xff\xfe", json.dumps({"a": 1, "b": 2}).encode()]
+    bodies = [b"{not json", json.dumps([1, 2, 3]).encode(), b"\xff\xfe", b"[" * 100_000]
+    bodies.append(json.dumps({"a": 1, "b": 2}).encode())
     for body in bodies:
         channel.basic_publish("", queue, body)
     b = TopologyBuilder()
@@ -61,14 +62,15 @@ def test_malformed_messages_go_to_the_dead_letter_exchange(spark, rabbitmq_serve
     with TestCluster() as cluster:
         run = cluster.submit_for_capture("rabbit-dead", {}, b.build())
         stats = run.stats.of("s")
-        run_until(run, lambda: stats.acked == 1 and stats.malformed == 3)
+        run_until(run, lambda: stats.acked == 1 and stats.malformed == 4)
     assert run.captured["s"] == [(1, 2)] and stats.emitted == 1
     dead = []
-    for _ in range(3):
+    for _ in range(4):
         _, properties, body = channel.basic_get(f"{queue}.dead", auto_ack=True)
         dead.append((body, properties.headers["x-squall-reason"]))
-    assert [body for body, _ in dead] == bodies[:3]
+    assert [body for body, _ in dead] == bodies[:4]
     assert "invalid JSON" in dead[0][1] and "3 value(s) for 2 field(s)" in dead[1][1] and "utf-8" in dead[2][1]
+    assert "RecursionError" in dead[3][1]
     assert queue_depth(rabbitmq_server.url, queue) == 0
     connection.close()
 
@@ -90,11 +92,31 @@ def test_prefetch_follows_max_spout_pending(rabbitmq_server, queue):
     spout.close()
 
 
+def test_a_long_wave_does_not_cost_the_connection(rabbitmq_server, queue):
+    """Heartbeats every 2 s; the spout is left alone for 8 s, as during a long Spark wave; its acks still count."""
+    publish(rabbitmq_server.url, queue, list(range(5)))
+    spout = RabbitMQSpout(queue, rabbitmq_server.url + "?heartbeat=2", fields=["n"])
+    got = opened(spout)
+    deadline = time.monotonic() + 10
+    while len(got.emitted) < 5:
+        assert time.monotonic() < deadline
+        spout.next_tuple()
+    time.sleep(8)  # without heartbeats the broker would have closed the connection by now
+    for _, msg_id in got.emitted:
+        spout.ack(msg_id)
+    spout.next_tuple()
+    assert spout._generation == 1  # the same connection throughout
+    spout.close()
+    assert queue_depth(rabbitmq_server.url, queue) == 0  # every ack took effect
+
+
 def test_messages_a_dead_consumer_left_unacked_are_redelivered(rabbitmq_server, queue):
     publish(rabbitmq_server.url, queue, list(range(5)))
     first = RabbitMQSpout(queue, rabbitmq_server.url, fields=["n"])
     seen_first = opened(first)
+    deadline = time.monotonic() + 10
     while len(seen_first.emitted) < 5:
+        assert time.monotonic() < deadline
         first.next_tuple()
     first.ack(seen_first.emitted[0][1])
     first._connection._impl._transport._sock.close()  # the consumer dies without a goodbye

@@ -99,9 +99,11 @@ def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_p
         conf = {"topology.max.spout.pending": 20, "squall.wave.spout.batch": 10}
         with TestCluster() as cluster:
             run = cluster.submit_for_capture("redis-lost", conf, b.build())
+            deadline = time.monotonic() + 60
             while run.stats.of("s").acked < 40:
+                assert time.monotonic() < deadline
                 run.step()
-            server.stop()
+            server.stop(kill=True)  # abruptly: connections drop with no goodbye
             threading.Timer(1.5, server.start).start()  # back 1.5 s later, with the same data (fsynced AOF)
             run.step()  # the spout's calls retry with backoff until the server is back
             cluster.wait_idle()
@@ -110,3 +112,20 @@ def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_p
         assert connect(server.url).xpending("jobs", "squall")["pending"] == 0  # and every one acked
     finally:
         server.stop()
+
+
+def test_a_claim_does_not_emit_an_entry_twice(redis_server):
+    client = connect(redis_server.url)
+    ids = [client.xadd("slow", {"data": json.dumps(n)}).decode() for n in range(5)]
+    spout = RedisStreamSpout(redis_server.url, "slow", fields=["n"], claim_idle_ms=200, read_count=5)
+    got = opened(spout)
+    spout.next_tuple()  # reads all 5, emits the first; 4 wait in the spout's buffer
+    time.sleep(0.3)  # all 5 are now idle for longer than claim_idle_ms: a claim takes them over again
+    for _ in range(10):
+        spout.next_tuple()
+    assert [m for _, m in got.emitted] == ids  # each once
+    spout.fail(ids[0])
+    spout.fail(ids[0])  # a second fail of the same entry is not a second replay
+    for _ in range(3):
+        spout.next_tuple()
+    assert [m for _, m in got.emitted] == [*ids, ids[0]]

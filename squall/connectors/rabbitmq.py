@@ -17,8 +17,11 @@ delivery tag)`` as its msg id.
   (``publish`` does both).
 * A malformed message (not UTF-8 JSON, or the wrong fields) is never emitted:
   it is published to the dead-letter exchange with its reason in the
-  ``x-squall-reason`` header, then acked, so it cannot loop. A queue of the same
-  name is bound to that exchange and keeps them.
+  ``x-squall-reason`` header and, once the broker has confirmed that, acked, so
+  it cannot loop. A queue of the same name is bound to that exchange and keeps
+  them.
+* pika's connection is serviced (heartbeats) from a background thread while
+  the driver runs a Spark wave, so a long wave does not cost the connection.
 
 Payloads are JSON: a list of values, an object keyed by field name, or a lone
 value for a single field. Never pickle.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -48,6 +52,7 @@ log = logging.getLogger("squall.rabbitmq")
 
 MAX_PREFETCH = 65_535  # AMQP's prefetch-count is a 16-bit field
 PERSISTENT = 2
+HEARTBEAT_PUMP_SECS = 1.0
 
 
 def connect(url: str) -> pika.BlockingConnection:
@@ -119,11 +124,24 @@ class RabbitMQSpout(Spout):
         self._generation = 0
         self._connection: pika.BlockingConnection | None = None
         self._retry_at, self._failures = 0.0, 0
+        self._lock = threading.Lock()  # pika is not thread-safe: the heartbeat pump and the driver take turns
+        self._closed = threading.Event()
         self._start(connect(self._url))
+        threading.Thread(target=self._pump, name=f"squall-amqp-{self._component}", daemon=True).start()
+
+    def _pump(self) -> None:
+        """Let pika send and check heartbeats while the driver is busy elsewhere (a long Spark wave)."""
+        while not self._closed.wait(HEARTBEAT_PUMP_SECS):
+            with self._lock:
+                if self._connection is not None:
+                    try:
+                        self._connection.process_data_events(time_limit=0)
+                    except AMQPError as exc:
+                        self._lost(exc)
 
     # -- the connection ------------------------------------------------------
     def _start(self, connection: pika.BlockingConnection) -> None:
-        """Set up a channel on a new connection: QoS, queues, the consumer."""
+        """Set up channels on a new connection: queues, QoS, the consumer, confirmed dead-lettering."""
         try:
             channel = connection.channel()
             if self.declare:
@@ -135,12 +153,17 @@ class RabbitMQSpout(Spout):
             channel.queue_bind(self.dead_letter_exchange, self.dead_letter_exchange)
             channel.basic_qos(prefetch_count=self._prefetch)
             channel.basic_consume(self.queue, self._on_message, auto_ack=False)
+            dead_letters = connection.channel()
+            dead_letters.confirm_delivery()
         except ChannelClosedByBroker as exc:
-            connection.close()
+            _close_quietly(connection)
             raise InvalidConfigError(
                 f"spout {self._component}: cannot consume queue {self.queue!r} at {redact(self._url)}: {exc}"
             ) from None
-        self._connection, self._channel = connection, channel
+        except BaseException:
+            _close_quietly(connection)
+            raise
+        self._connection, self._channel, self._dead_letters = connection, channel, dead_letters
         self._generation += 1
         self._failures = 0
 
@@ -150,7 +173,9 @@ class RabbitMQSpout(Spout):
     def _lost(self, exc: BaseException) -> None:
         """Drop a broken connection; the broker requeues what it had delivered to it."""
         log.warning("spout %s: connection to %s lost (%r); reconnecting", self._component, redact(self._url), exc)
-        self.close()
+        if self._connection is not None:
+            _close_quietly(self._connection)
+        self._connection = None
         self._buffer.clear()
         self._retry_at = time.monotonic()
 
@@ -159,7 +184,7 @@ class RabbitMQSpout(Spout):
             return False
         try:
             self._start(connect(self._url))
-        except BrokerUnavailable as exc:
+        except (BrokerUnavailable, InvalidConfigError, AMQPError) as exc:
             delay = RETRY_DELAYS[min(self._failures, len(RETRY_DELAYS) - 1)]
             self._failures += 1
             self._retry_at = time.monotonic() + delay
@@ -170,41 +195,44 @@ class RabbitMQSpout(Spout):
 
     # -- the spout -----------------------------------------------------------
     def next_tuple(self) -> None:
-        if self._connection is None and not self._reconnect():
-            return
-        try:
-            if not self._buffer:
-                self._connection.process_data_events(time_limit=0)
-            while self._buffer:
-                tag, body = self._buffer.popleft()
-                values = self._decode(tag, body)
-                if values is not None:
-                    self._collector.emit(values, msg_id=(self._generation, tag))
-                    return
-        except AMQPError as exc:
-            self._lost(exc)
+        with self._lock:
+            if self._connection is None and not self._reconnect():
+                return
+            try:
+                if not self._buffer:
+                    self._connection.process_data_events(time_limit=0)
+                while self._buffer:
+                    tag, body = self._buffer.popleft()
+                    values = self._decode(tag, body)
+                    if values is not None:
+                        self._collector.emit(values, msg_id=(self._generation, tag))
+                        return
+            except AMQPError as exc:
+                self._lost(exc)
 
     def _decode(self, tag: int, body: bytes) -> tuple | None:
         try:
             return decode_values(body.decode("utf-8"), self.outputs)
         except (MalformedMessage, UnicodeDecodeError) as exc:
+            headers = {"x-squall-reason": str(exc), "x-squall-queue": self.queue}
+            properties = pika.BasicProperties(headers=headers, delivery_mode=PERSISTENT)
+            # confirmed and routed (mandatory), or an AMQPError: then it is not acked and comes again
+            self._dead_letters.basic_publish(self.dead_letter_exchange, "", body, properties, mandatory=True)
+            self._channel.basic_ack(tag)
             self._collector.report_malformed(
                 f"queue {self.queue} delivery {tag}: {exc}; sent to exchange {self.dead_letter_exchange}"
             )
-            headers = {"x-squall-reason": str(exc), "x-squall-queue": self.queue}
-            properties = pika.BasicProperties(headers=headers, delivery_mode=PERSISTENT)
-            self._channel.basic_publish(self.dead_letter_exchange, "", body, properties)
-            self._channel.basic_ack(tag)
             return None
 
     def _settle(self, msg_id: tuple[int, int], settle) -> None:
         generation, tag = msg_id
-        if generation != self._generation or self._connection is None:
-            return  # delivered on a lost connection: the broker has requeued it
-        try:
-            settle(tag)
-        except AMQPError as exc:
-            self._lost(exc)
+        with self._lock:
+            if generation != self._generation or self._connection is None:
+                return  # delivered on a lost connection: the broker has requeued it
+            try:
+                settle(tag)
+            except AMQPError as exc:
+                self._lost(exc)
 
     def ack(self, msg_id: tuple[int, int]) -> None:
         self._settle(msg_id, lambda tag: self._channel.basic_ack(tag))
@@ -213,7 +241,14 @@ class RabbitMQSpout(Spout):
         self._settle(msg_id, lambda tag: self._channel.basic_nack(tag, requeue=True))
 
     def close(self) -> None:
-        if self._connection is not None and self._connection.is_open:
-            with contextlib.suppress(AMQPError):
-                self._connection.close()
-        self._connection = None
+        self._closed.set()
+        with self._lock:
+            if self._connection is not None:
+                _close_quietly(self._connection)
+            self._connection = None
+
+
+def _close_quietly(connection: pika.BlockingConnection) -> None:
+    if connection.is_open:
+        with contextlib.suppress(AMQPError):
+            connection.close()

@@ -66,7 +66,7 @@ class RedisStreamSpout(Spout):
         fields: Sequence[str] | Fields = ("value",),
         data_field: str = "data",
         dead_letter_stream: str | None = None,
-        claim_idle_ms: int = 30_000,
+        claim_idle_ms: int = 60_000,
         read_count: int = 100,
     ) -> None:
         self.url, self.stream, self.group = url, stream, group
@@ -98,7 +98,7 @@ class RedisStreamSpout(Spout):
             lambda: self._client.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=self.read_count),
         )
         for _, entries in reply or []:
-            self._buffer.extend(entries)
+            self._buffer.extend((_text(entry_id), data) for entry_id, data in entries)
 
     def _claim_abandoned(self) -> None:
         self._last_claim = time.monotonic()
@@ -111,26 +111,27 @@ class RedisStreamSpout(Spout):
                 ),
             )
             start, entries = reply[0], reply[1]
+            buffered = {entry_id for entry_id, _ in self._buffer}
             for entry_id, data in entries:
                 entry_id = _text(entry_id)
-                if entry_id not in self._in_flight and data:
+                if entry_id not in self._in_flight and entry_id not in buffered and data:
                     self._buffer.append((entry_id, data))
-            if start in (b"0-0", "0-0") or not entries:
+            if _text(start) == "0-0":  # the whole pending list was scanned
                 return
 
     def next_tuple(self) -> None:
         self._send_acks()
-        if self._retry:
+        while self._retry:
             entry_id = self._retry.popleft()
-            self._collector.emit(self._in_flight[entry_id], msg_id=entry_id)
-            return
+            if entry_id in self._in_flight:
+                self._collector.emit(self._in_flight[entry_id], msg_id=entry_id)
+                return
         if time.monotonic() - self._last_claim > max(self.claim_idle_ms / 2000.0, 0.05):
             self._claim_abandoned()
         if not self._buffer:
             self._read_new()
         while self._buffer:
             entry_id, data = self._buffer.popleft()
-            entry_id = _text(entry_id)
             values = self._decode(entry_id, data)
             if values is not None:
                 self._in_flight[entry_id] = values
@@ -173,7 +174,7 @@ class RedisStreamSpout(Spout):
         self._send_acks()
 
     def fail(self, msg_id: str) -> None:
-        if msg_id in self._in_flight:
+        if msg_id in self._in_flight and msg_id not in self._retry:
             self._retry.append(msg_id)
 
     def pending(self) -> int:

@@ -21,7 +21,7 @@ def build_topology(conf):
     b = TransactionalTopologyBuilder("redis-postgres", "spout", spout, 2)
     b.set_bolt("partial", PartialWordCount(), 2).shuffle_grouping("spout")
     committer = FailFirstCommitAfterWriting(
-        conf["squall.postgresql.url"], FAILING_TXIDS, conf["test.markers"], opaque=False, table="word_counts"
+        conf["squall.postgresql.url"], FAILING_TXIDS, conf["test.markers"], opaque=False, table="crash_word_counts"
     )
     b.set_bolt("commit", committer, 2).fields_grouping("partial", ["word"])
     return b.build()
