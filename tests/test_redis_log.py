@@ -10,7 +10,7 @@ from tx_components import CountCommitter, PartialWordCount, word_data
 from squall.connectors.redis_log import RedisKeyedState, RedisLogOpaqueSpout, RedisLogTransactionalSpout
 from squall.connectors.redis_streams import connect
 from squall.testing import TestCluster
-from squall.transactional import TransactionalTopologyBuilder, TransactionAttempt
+from squall.transactional import TransactionalTopologyBuilder, TransactionalValue, TransactionAttempt
 
 
 class Recorder:
@@ -49,7 +49,10 @@ def test_the_same_txid_reads_the_same_entry_range(redis_server):
 def test_exactly_once_from_a_redis_log_into_redis_state_through_failures(spark, redis_server, tmp_path):
     data = word_data(3, 80, seed=21)
     for p, rows in data.items():
-        fill(redis_server.url, f"words:{p}", rows)
+        fill(redis_server.url, f"words:{p}", rows[:40])
+    connect(redis_server.url).xadd("words:1", {"data": "[1, 2]"})  # two values for one field: malformed
+    for p, rows in data.items():
+        fill(redis_server.url, f"words:{p}", rows[40:])
     spout = RedisLogTransactionalSpout([(redis_server.url, f"words:{p}") for p in data], ["word"], 9)
     b = TransactionalTopologyBuilder("redis-exact", "spout", spout, 2)
     b.set_bolt("partial", PartialWordCount(fail_rate=0.1), 2).shuffle_grouping("spout")
@@ -61,6 +64,17 @@ def test_exactly_once_from_a_redis_log_into_redis_state_through_failures(spark, 
     expected = Counter(v[0] for rows in data.values() for v in rows)
     assert RedisKeyedState(redis_server.url, "counts").values() == dict(expected)
     assert run.stats.failed_waves >= 1
+    assert run.stats.of("spout").malformed == 1  # however often its batch was replayed
+
+
+def test_redis_keyed_state_reads_like_the_others(redis_server):
+    state = RedisKeyedState(redis_server.url, "reads")
+    state.update(3, {("a", ("b", 1)): 2, "k": 5})
+    assert state.get(("a", ("b", 1))) == TransactionalValue(2, 3) and state.get("missing") is None
+    assert state.get_many(["k", "missing"]) == {"k": TransactionalValue(5, 3)}
+    assert state.items() == {("a", ("b", 1)): TransactionalValue(2, 3), "k": TransactionalValue(5, 3)}
+    assert state.values() == {("a", ("b", 1)): 2, "k": 5}
+    state.close()
 
 
 def test_opaque_with_a_partition_unavailable_for_a_while(spark, redis_server, tmp_path):

@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from squall.connectors.redis_streams import BrokerUnavailable
-from squall.transactional.state import OpaqueValue, TransactionalValue, _as_key
+from squall.transactional.state import OpaqueValue, TransactionalValue, as_key
 
 log = logging.getLogger("squall.postgres")
 
@@ -160,7 +160,7 @@ class PostgresKeyedState:
             rows = conn.execute(
                 sql.SQL("SELECT key, value, prev, txid FROM {} WHERE value IS NOT NULL").format(self._t)
             )
-            return {_as_key(json.loads(k)): self._decode(v, p, t) for k, v, p, t in rows}
+            return {as_key(json.loads(k)): self._decode(v, p, t) for k, v, p, t in rows}
 
         return self._retrying("items", read)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
@@ -30,7 +30,7 @@ from squall.connectors.queue import MalformedMessage, decode_values
 from squall.connectors.redis_streams import connect
 from squall.model.fields import Fields, as_fields
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
-from squall.transactional.state import OpaqueValue, TransactionalValue
+from squall.transactional.state import OpaqueValue, TransactionalValue, as_key
 
 log = logging.getLogger("squall.redis")
 
@@ -156,9 +156,17 @@ class RedisKeyedState:
     def close(self) -> None:
         self.client.close()
 
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        fields = {json.dumps(k): k for k in keys}
+        raw = self.client.hmget(self.name, list(fields)) if fields else []
+        return {k: self._decode(r) for k, r in zip(fields.values(), raw, strict=True) if r is not None}
+
+    def get(self, key: Any) -> Any:
+        return self.get_many([key]).get(key)
+
+    def items(self) -> dict[Any, Any]:
+        return {as_key(json.loads(f)): self._decode(r) for f, r in self.client.hgetall(self.name).items()}
+
     def values(self) -> dict[Any, Any]:
-        out = {}
-        for f, r in self.client.hgetall(self.name).items():
-            key = json.loads(f)
-            out[tuple(key) if isinstance(key, list) else key] = self._decode(r).value
-        return out
+        """``{key: value}`` without the txids."""
+        return {k: v.value for k, v in self.items().items()}

@@ -207,6 +207,7 @@ class TransactionalRun:
         self.last_activity = clock.now()
         self._emits = 0
         self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
+        self._malformed_counted_through = 0  # the latest txid whose malformed entries are counted
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> WaveInfo:
@@ -300,7 +301,8 @@ class TransactionalRun:
         with self._lock:
             self._batches[attempt] = batch
         self.stats.of(self.ttopo.spout_id).emitted += tuples
-        if all(mode == "new" for _, mode, _ in plan):  # a replay meets the same malformed entries again
+        if attempt.txid > self._malformed_counted_through:  # a replay meets the same malformed entries again
+            self._malformed_counted_through = attempt.txid
             self.stats.of(self.ttopo.spout_id).malformed += malformed
         if tuples:
             self.last_activity = self.clock.now()

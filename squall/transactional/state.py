@@ -55,9 +55,9 @@ class OpaqueValue:
         return (current or OpaqueValue(initial, initial, 0)).updated(txid, delta, combine)
 
 
-def _as_key(value: Any) -> Any:
+def as_key(value: Any) -> Any:
     """A JSON-decoded key, hashable again: lists become tuples."""
-    return tuple(_as_key(v) for v in value) if isinstance(value, list) else value
+    return tuple(as_key(v) for v in value) if isinstance(value, list) else value
 
 
 class SqliteKeyedState:
@@ -143,7 +143,7 @@ class SqliteKeyedState:
 
     def items(self) -> dict[Any, Any]:
         rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
-        return {_as_key(json.loads(k)): self._decode((v, p, t)) for k, v, p, t in rows}
+        return {as_key(json.loads(k)): self._decode((v, p, t)) for k, v, p, t in rows}
 
     def values(self) -> dict[Any, Any]:
         """``{key: value}`` without the txids."""
