@@ -1,6 +1,7 @@
 """The RabbitMQ reliable spout, against real rabbitmq-server nodes."""
 
 import json
+import socket
 import sqlite3
 import time
 import uuid
@@ -119,7 +120,7 @@ def test_messages_a_dead_consumer_left_unacked_are_redelivered(rabbitmq_server, 
         assert time.monotonic() < deadline
         first.next_tuple()
     first.ack(seen_first.emitted[0][1])
-    first._connection._impl._transport._sock.close()  # the consumer dies without a goodbye
+    first._connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # the consumer dies without a goodbye
     second = RabbitMQSpout(queue, rabbitmq_server.url, fields=["n"])
     seen = opened(second)
     deadline = time.monotonic() + 30
@@ -129,6 +130,7 @@ def test_messages_a_dead_consumer_left_unacked_are_redelivered(rabbitmq_server, 
     for _, msg_id in seen.emitted:
         second.ack(msg_id)
     second.close()
+    first.close()
     assert queue_depth(rabbitmq_server.url, queue) == 0
 
 

@@ -136,7 +136,7 @@ class RabbitMQSpout(Spout):
                 if self._connection is not None:
                     try:
                         self._connection.process_data_events(time_limit=0)
-                    except AMQPError as exc:
+                    except Exception as exc:  # only I/O happens here: any error means the connection is gone
                         self._lost(exc)
 
     # -- the connection ------------------------------------------------------
@@ -249,6 +249,7 @@ class RabbitMQSpout(Spout):
 
 
 def _close_quietly(connection: pika.BlockingConnection) -> None:
+    """Close a connection that may already be broken; the broker requeues what it had delivered."""
     if connection.is_open:
-        with contextlib.suppress(AMQPError):
+        with contextlib.suppress(Exception):
             connection.close()
