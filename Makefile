@@ -32,3 +32,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/acker.py
 	$(VENV)/bin/python benchmarks/word_count.py
 	$(VENV)/bin/python benchmarks/pipelining.py
+	$(VENV)/bin/python benchmarks/sources.py
