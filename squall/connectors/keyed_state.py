@@ -10,15 +10,13 @@ batch's updates atomically.
 
 from __future__ import annotations
 
-from typing import Any
+from squall.transactional.state import KeyedState, SqliteKeyedState
 
 
-def open_keyed_state(url: str, name: str, opaque: bool = False) -> Any:
+def open_keyed_state(url: str, name: str, opaque: bool = False) -> KeyedState:
     """The keyed state called ``name`` (a table, or a Redis hash) in the store at ``url``."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme in ("", "sqlite"):
-        from squall.transactional.state import SqliteKeyedState
-
         return SqliteKeyedState(url.removeprefix("sqlite://"), name, opaque=opaque)
     if scheme in ("redis", "rediss", "unix"):
         from squall.connectors.redis_log import RedisKeyedState

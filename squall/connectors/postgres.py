@@ -16,45 +16,31 @@ Keys and values are stored as JSON text (never pickle); tuple keys come back as 
 from __future__ import annotations
 
 import json
-import logging
 import operator
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
-from squall.connectors.redis_streams import BrokerUnavailable
-from squall.transactional.state import OpaqueValue, TransactionalValue, as_key
+from squall.connectors.common import BrokerUnavailable, redact, with_retries
+from squall.transactional.state import KeyedState, OpaqueValue, TransactionalValue, as_key
 
-log = logging.getLogger("squall.postgres")
-
-_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
+# A lost connection; also deadlocks and serialization failures, after which the transaction was rolled back.
+_RETRIED = (psycopg.OperationalError, BrokerUnavailable)
 
 T = TypeVar("T")
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, fit for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
-
-
-class PostgresKeyedState:
-    """Keys to ``TransactionalValue``s or ``OpaqueValue``s in a PostgreSQL table.
+class PostgresKeyedState(KeyedState):
+    """``KeyedState`` in a PostgreSQL table.
 
     The table (``key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid BIGINT, writer TEXT``)
-    is created if missing. Same API and semantics as ``SqliteKeyedState``. One
-    instance holds one connection: use it from one thread at a time.
+    is created if missing. One instance holds one connection: use it from one
+    thread at a time.
 
-    Lost connections: every call is retried a few times with backoff on
+    Lost connections: every call is retried with backoff on
     ``psycopg.OperationalError``, reconnecting first if the connection is gone.
     A failed transaction either committed or did not, except when the connection
     drops during COMMIT: then the outcome is unknown, and ``update`` runs the batch
@@ -82,7 +68,7 @@ class PostgresKeyedState:
             self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
         except psycopg.OperationalError as exc:
             self._conn = None
-            raise BrokerUnavailable(f"cannot reach PostgreSQL at {_redacted(self.url)}: {exc}") from None
+            raise BrokerUnavailable(f"cannot reach PostgreSQL at {redact(self.url)}: {exc}") from None
         return self._conn
 
     def _live(self) -> psycopg.Connection:
@@ -93,17 +79,7 @@ class PostgresKeyedState:
 
     def _retrying(self, what: str, call: Callable[[psycopg.Connection], T]) -> T:
         """``call(connection)``, retried with backoff on connection errors; the last error is raised."""
-        for delay in (*_RETRY_DELAYS, None):
-            try:
-                return call(self._live())
-            except (psycopg.OperationalError, BrokerUnavailable) as exc:
-                # OperationalError covers a lost connection, and deadlocks and serialization
-                # failures, after which the transaction was rolled back: running it again is safe.
-                if delay is None:
-                    raise
-                log.warning("%s on %s: %s; retrying in %.2fs", what, self.table, exc, delay)
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        return with_retries(f"{what} on {self.table}", lambda: call(self._live()), _RETRIED)
 
     def _create_table(self, conn: psycopg.Connection) -> None:
         try:
@@ -123,8 +99,7 @@ class PostgresKeyedState:
     # -- reads ------------------------------------------------------------
 
     def _decode(self, value: str, prev: str | None, txid: int) -> TransactionalValue | OpaqueValue:
-        v, p = json.loads(value), json.loads(prev) if prev is not None else None
-        return OpaqueValue(v, p, txid) if self.opaque else TransactionalValue(v, txid)
+        return self._value(json.loads(value), json.loads(prev) if prev is not None else None, txid)
 
     def _select(
         self, conn: psycopg.Connection, encoded: Mapping[str, Any], lock: bool = False, also: tuple | None = None
@@ -152,9 +127,6 @@ class PostgresKeyedState:
         encoded = {json.dumps(k): k for k in keys}
         return self._retrying("get_many", lambda conn: self._select(conn, encoded))
 
-    def get(self, key: Any) -> Any:
-        return self.get_many([key]).get(key)
-
     def items(self) -> dict[Any, Any]:
         def read(conn: psycopg.Connection) -> dict[Any, Any]:
             rows = conn.execute(
@@ -163,10 +135,6 @@ class PostgresKeyedState:
             return {as_key(json.loads(k)): self._decode(v, p, t) for k, v, p, t in rows}
 
         return self._retrying("items", read)
-
-    def values(self) -> dict[Any, Any]:
-        """``{key: value}`` without the txids."""
-        return {k: v.value for k, v in self.items().items()}
 
     # -- update -----------------------------------------------------------
 
@@ -178,18 +146,7 @@ class PostgresKeyedState:
         initial: Any = 0,
         writer: str | None = None,
     ) -> dict[Any, Any]:
-        """Apply one batch's ``deltas`` under ``txid`` in one transaction; returns the new values.
-
-        Opaque state and a replayed txid: a key that an earlier attempt of ``txid``
-        wrote, under the same ``writer``, and that this batch does not touch, goes
-        back to its previous value: its tuples were not in this batch after all and
-        will be counted in a later one. Give each committer task its own ``writer``
-        (say ``f"{component}/{task_index}"``) and route keys to it with a fields
-        grouping, so that a key always has the same writer.
-
-        An exception from ``combine`` rolls the whole batch back and is raised.
-        """
-        helper = OpaqueValue if self.opaque else TransactionalValue
+        """One SQL transaction (see ``KeyedState.update``); an exception from ``combine`` rolls it back."""
         encoded = {json.dumps(k): k for k in deltas}
         revert = self.opaque and writer is not None
 
@@ -207,7 +164,7 @@ class PostgresKeyedState:
                     [sorted(encoded)],
                 )
                 current = self._select(conn, encoded, lock=True, also=(txid, writer) if revert else None)
-                new = {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+                new = self._applied(current, txid, deltas, combine, initial)
                 if revert:  # keys this writer's earlier attempt of txid wrote, absent from this batch
                     conn.execute(
                         sql.SQL(

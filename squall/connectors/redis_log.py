@@ -30,7 +30,7 @@ from squall.connectors.queue import MalformedMessage, decode_values
 from squall.connectors.redis_streams import connect
 from squall.model.fields import Fields, as_fields
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
-from squall.transactional.state import OpaqueValue, TransactionalValue, as_key
+from squall.transactional.state import KeyedState, OpaqueValue, TransactionalValue, as_key
 
 log = logging.getLogger("squall.redis")
 
@@ -103,39 +103,36 @@ class RedisLogOpaqueSpout(_RedisLog, OpaquePartitionedTransactionalSpout):
             return {"after": after, "last": after, "count": 0}
 
 
-class RedisKeyedState:
-    """Keys to ``TransactionalValue``s or ``OpaqueValue``s in one Redis hash.
-
-    ``update`` applies a batch under WATCH/MULTI/EXEC: all of it or none of it.
-    Same semantics as ``SqliteKeyedState``, ``writer`` included.
-    """
+class RedisKeyedState(KeyedState):
+    """``KeyedState`` in one Redis hash; ``update`` runs under WATCH/MULTI/EXEC: all of a batch or none of it."""
 
     def __init__(self, url: str, name: str, opaque: bool = False) -> None:
         self.client, self.name, self.opaque = connect(url), name, opaque
 
     def _decode(self, raw: bytes) -> TransactionalValue | OpaqueValue:
         d = json.loads(raw)
-        return OpaqueValue(d["v"], d["p"], d["t"]) if self.opaque else TransactionalValue(d["v"], d["t"])
+        return self._value(d["v"], d["p"], d["t"])
+
+    def _read(self, client: redis.Redis, fields: Mapping[str, Any]) -> dict[Any, Any]:
+        """The values of ``fields`` (JSON-encoded key -> key) that exist, read through ``client``."""
+        raw = client.hmget(self.name, list(fields)) if fields else []
+        return {k: self._decode(r) for k, r in zip(fields.values(), raw, strict=True) if r is not None}
 
     def update(
         self,
         txid: int,
         deltas: Mapping[Any, Any],
-        combine: Callable[[Any, Any], Any] | None = None,
+        combine: Callable[[Any, Any], Any] = operator.add,
         initial: Any = 0,
         writer: str | None = None,
     ) -> dict[Any, Any]:
-        combine = combine or operator.add
-        helper = OpaqueValue if self.opaque else TransactionalValue
         fields = {json.dumps(k): k for k in deltas}
         while True:
             with self.client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(self.name)
                     stored = dict(pipe.hgetall(self.name)) if self.opaque and writer else {}
-                    raw = pipe.hmget(self.name, list(fields)) if fields else []
-                    current = {k: self._decode(r) for (f, k), r in zip(fields.items(), raw, strict=True) if r}
-                    new = {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+                    new = self._applied(self._read(pipe, fields), txid, deltas, combine, initial)
                     writes = {}
                     for f, r in stored.items():  # opaque replay: revert this writer's keys it no longer touches
                         d = json.loads(r)
@@ -157,16 +154,7 @@ class RedisKeyedState:
         self.client.close()
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        fields = {json.dumps(k): k for k in keys}
-        raw = self.client.hmget(self.name, list(fields)) if fields else []
-        return {k: self._decode(r) for k, r in zip(fields.values(), raw, strict=True) if r is not None}
-
-    def get(self, key: Any) -> Any:
-        return self.get_many([key]).get(key)
+        return self._read(self.client, {json.dumps(k): k for k in keys})
 
     def items(self) -> dict[Any, Any]:
         return {as_key(json.loads(f)): self._decode(r) for f, r in self.client.hgetall(self.name).items()}
-
-    def values(self) -> dict[Any, Any]:
-        """``{key: value}`` without the txids."""
-        return {k: v.value for k, v in self.items().items()}

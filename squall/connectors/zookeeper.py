@@ -35,7 +35,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from squall.connectors.redis_streams import BrokerUnavailable
+from squall.connectors.common import BrokerUnavailable
 from squall.transactional.store import CoordinatorStore
 
 DEFAULT_ROOT = "/squall"

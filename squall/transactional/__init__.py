@@ -9,13 +9,14 @@ from squall.transactional.spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
 )
-from squall.transactional.state import OpaqueValue, SqliteKeyedState, TransactionalValue
+from squall.transactional.state import KeyedState, OpaqueValue, SqliteKeyedState, TransactionalValue
 from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore, open_coordinator_store
 
 __all__ = [
     "BatchBolt",
     "Committer",
     "CoordinatorStore",
+    "KeyedState",
     "MemoryTransactionalSpout",
     "OpaqueMemoryTransactionalSpout",
     "OpaquePartitionedTransactionalSpout",

@@ -9,8 +9,8 @@ Store the txid next to the value, and let the strict commit order do the rest:
   stored one is applied to ``prev_value`` instead (the batch may have changed);
   otherwise ``prev_value`` becomes the old value. For opaque spouts.
 
-``SqliteKeyedState`` keeps many keys this way in a SQLite table and applies a
-batch's updates in one database transaction.
+``KeyedState`` is the contract of a store of many such keys that applies a
+batch's updates atomically; ``SqliteKeyedState`` keeps them in a SQLite table.
 """
 
 from __future__ import annotations
@@ -60,12 +60,61 @@ def as_key(value: Any) -> Any:
     return tuple(as_key(v) for v in value) if isinstance(value, list) else value
 
 
-class SqliteKeyedState:
-    """Keys to ``TransactionalValue``s or ``OpaqueValue``s in a SQLite table.
+class KeyedState:
+    """Keys to ``TransactionalValue``s or ``OpaqueValue``s (``opaque``) in a store.
 
     Keys and values are JSON (tuple keys come back as tuples). ``update`` applies
-    one batch's deltas atomically.
+    one batch's deltas atomically. SQLite, Redis and PostgreSQL keep this contract.
     """
+
+    opaque: bool
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        raise NotImplementedError
+
+    def items(self) -> dict[Any, Any]:
+        raise NotImplementedError
+
+    def update(
+        self,
+        txid: int,
+        deltas: Mapping[Any, Any],
+        combine: Callable[[Any, Any], Any] = operator.add,
+        initial: Any = 0,
+        writer: str | None = None,
+    ) -> dict[Any, Any]:
+        """Apply one batch's ``deltas`` under ``txid`` atomically; returns the new values.
+
+        Opaque state and a replayed txid: a key that an earlier attempt of ``txid``
+        wrote, under the same ``writer``, and that this batch does not touch, goes
+        back to its previous value: its tuples were not in this batch after all and
+        will be counted in a later one. Give each committer task its own ``writer``
+        (say ``f"{component}/{task_index}"``) and route keys to it with a fields
+        grouping, so that a key always has the same writer.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the store's connection."""
+
+    def get(self, key: Any) -> Any:
+        return self.get_many([key]).get(key)
+
+    def values(self) -> dict[Any, Any]:
+        """``{key: value}`` without the txids."""
+        return {k: v.value for k, v in self.items().items()}
+
+    def _value(self, value: Any, prev: Any, txid: int) -> TransactionalValue | OpaqueValue:
+        return OpaqueValue(value, prev, txid) if self.opaque else TransactionalValue(value, txid)
+
+    def _applied(self, current: Mapping[Any, Any], txid: int, deltas: Mapping[Any, Any], combine, initial) -> dict:
+        """The new value of each key of ``deltas``, given the ``current`` ones."""
+        helper = OpaqueValue if self.opaque else TransactionalValue
+        return {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+
+
+class SqliteKeyedState(KeyedState):
+    """``KeyedState`` in a SQLite table; ``update`` is one SQLite transaction."""
 
     def __init__(self, path: str | os.PathLike, table: str, opaque: bool = False) -> None:
         if not table.isidentifier():
@@ -79,8 +128,7 @@ class SqliteKeyedState:
         )
 
     def _decode(self, row) -> TransactionalValue | OpaqueValue:
-        value, prev, txid = json.loads(row[0]), json.loads(row[1]), row[2]
-        return OpaqueValue(value, prev, txid) if self.opaque else TransactionalValue(value, txid)
+        return self._value(json.loads(row[0]), json.loads(row[1]), row[2])
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
         keys = list(keys)
@@ -95,9 +143,6 @@ class SqliteKeyedState:
                 found[encoded[key]] = self._decode((value, prev, txid))
         return found
 
-    def get(self, key: Any) -> Any:
-        return self.get_many([key]).get(key)
-
     def update(
         self,
         txid: int,
@@ -106,20 +151,9 @@ class SqliteKeyedState:
         initial: Any = 0,
         writer: str | None = None,
     ) -> dict[Any, Any]:
-        """Apply one batch's ``deltas`` under ``txid`` in one transaction; returns the new values.
-
-        Opaque state and a replayed txid: a key that an earlier attempt of ``txid``
-        wrote, under the same ``writer``, and that this batch does not touch, goes
-        back to its previous value: its tuples were not in this batch after all and
-        will be counted in a later one. Give each committer task its own ``writer``
-        (say ``f"{component}/{task_index}"``) and route keys to it with a fields
-        grouping, so that a key always has the same writer.
-        """
-        helper = OpaqueValue if self.opaque else TransactionalValue
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            current = self.get_many(deltas)
-            new = {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
+            new = self._applied(self.get_many(deltas), txid, deltas, combine, initial)
             if self.opaque and writer is not None:
                 touched = [json.dumps(k) for k in deltas]
                 self._db.execute(
@@ -144,10 +178,6 @@ class SqliteKeyedState:
     def items(self) -> dict[Any, Any]:
         rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
         return {as_key(json.loads(k)): self._decode((v, p, t)) for k, v, p, t in rows}
-
-    def values(self) -> dict[Any, Any]:
-        """``{key: value}`` without the txids."""
-        return {k: v.value for k, v in self.items().items()}
 
     def close(self) -> None:
         self._db.close()
