@@ -36,7 +36,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from squall.connectors.common import BrokerUnavailable
-from squall.transactional.store import CoordinatorStore
+from squall.transactional.store import CoordinatorStore, encode_value, txid_of
 
 DEFAULT_ROOT = "/squall"
 
@@ -46,15 +46,9 @@ _ROLLED_BACK = (RolledBackError, RuntimeInconsistency)
 _REPLANS = 5
 
 
-def _txid(key: str) -> int | None:
-    """The numeric last level of ``key`` (``meta/7`` -> 7), or None."""
-    _, sep, last = key.rpartition("/")
-    return int(last) if sep and last.isascii() and last.isdigit() else None
-
-
 def _order(key: str) -> tuple:
     # SqliteCoordinatorStore's ORDER BY txid, key: keys without a txid (NULL) first
-    txid = _txid(key)
+    txid = txid_of(key)
     return (0, 0, key) if txid is None else (1, txid, key)
 
 
@@ -173,14 +167,10 @@ class ZooKeeperCoordinatorStore(CoordinatorStore):
     # -- writes ------------------------------------------------------------------
     def put(self, key: str, value: Any) -> None:
         self._path(key)  # a bad key fails here, not at commit
-        try:
-            data = json.dumps(value).encode()
-        except TypeError as exc:
-            raise TypeError(f"coordinator state {key!r} must be JSON-serializable: {exc}") from None
-        self._write({key: data})
+        self._write({key: encode_value(key, value).encode()})
 
     def delete_below(self, prefix: str, txid: int) -> None:
-        doomed = [key for key in self.keys(prefix) if (n := _txid(key)) is not None and n < txid]
+        doomed = [key for key in self.keys(prefix) if (n := txid_of(key)) is not None and n < txid]
         self._write(dict.fromkeys(doomed, _DELETE))
 
     def _write(self, changes: dict[str, bytes | None]) -> None:

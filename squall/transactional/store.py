@@ -16,6 +16,20 @@ from pathlib import Path
 from typing import Any
 
 
+def txid_of(key: str) -> int | None:
+    """The numeric last level of ``key`` (``meta/7`` -> 7), or None."""
+    _, sep, last = key.rpartition("/")
+    return int(last) if sep and last.isascii() and last.isdigit() else None
+
+
+def encode_value(key: str, value: Any) -> str:
+    """``value`` as JSON; a TypeError naming ``key`` if it is not JSON-serializable."""
+    try:
+        return json.dumps(value)
+    except TypeError as exc:
+        raise TypeError(f"coordinator state {key!r} must be JSON-serializable: {exc}") from None
+
+
 class CoordinatorStore:
     """Where a transactional topology keeps its progress."""
 
@@ -81,15 +95,10 @@ class SqliteCoordinatorStore(CoordinatorStore):
         return default if row is None else json.loads(row[0])
 
     def put(self, key: str, value: Any) -> None:
-        try:
-            text = json.dumps(value)
-        except TypeError as exc:
-            raise TypeError(f"coordinator state {key!r} must be JSON-serializable: {exc}") from None
-        txid = int(key.rsplit("/", 1)[1]) if "/" in key and key.rsplit("/", 1)[1].isdigit() else None
         self._db.execute(
             "INSERT INTO coordinator VALUES (?, ?, ?, ?)"
             " ON CONFLICT (topology, key) DO UPDATE SET value = excluded.value",
-            (self.topology_id, key, txid, text),
+            (self.topology_id, key, txid_of(key), encode_value(key, value)),
         )
 
     def delete_below(self, prefix: str, txid: int) -> None:
