@@ -13,6 +13,7 @@ import importlib.util
 import json
 import sys
 import time
+import zlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,7 +46,7 @@ def parse_conf_pairs(pairs: list[str]) -> dict[str, Any]:
 
 def load_module(path: str | Path) -> ModuleType:
     path = Path(path).resolve()
-    name = f"squall_topology_{path.stem}"
+    name = f"squall_topology_{path.stem}_{zlib.crc32(str(path).encode()):08x}"  # two files may share a stem
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SquallError(f"cannot load a topology from {path}")
