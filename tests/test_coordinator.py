@@ -1,13 +1,12 @@
 """The transaction coordinator as a pure state machine, on its real SQLite store."""
 
-import itertools
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tx_components import commits, counter, emits
 
 from squall.transactional import SqliteCoordinatorStore, TransactionCoordinator
-from squall.transactional.coordinator import Commit, Emit, Phase
+from squall.transactional.coordinator import Phase
 
 
 @pytest.fixture
@@ -15,19 +14,6 @@ def store(tmp_path):
     s = SqliteCoordinatorStore(tmp_path / "coord.sqlite", "topo")
     yield s
     s.close()
-
-
-def counter():
-    ids = itertools.count(100)
-    return lambda: next(ids)
-
-
-def emits(instructions):
-    return [(i.attempt.txid, i.attempt.attempt_id) for i in instructions if isinstance(i, Emit)]
-
-
-def commits(instructions):
-    return [i.attempt for i in instructions if isinstance(i, Commit)]
 
 
 def test_emits_up_to_max_pending_and_txids_start_at_1(store):

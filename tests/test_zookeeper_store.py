@@ -1,6 +1,5 @@
 """The ZooKeeper coordinator store, against a real ZooKeeper server."""
 
-import itertools
 import json
 import random
 import threading
@@ -9,11 +8,12 @@ import time
 import pytest
 from kazoo.client import KazooClient
 from servers import free_port
+from tx_components import commits, counter, emits
 
 from squall.connectors.redis_streams import BrokerUnavailable
 from squall.connectors.zookeeper import ZooKeeperCoordinatorStore
 from squall.transactional import SqliteCoordinatorStore, TransactionCoordinator
-from squall.transactional.coordinator import Commit, Emit, Phase
+from squall.transactional.coordinator import Phase
 
 
 def hosts(server) -> str:
@@ -309,17 +309,6 @@ def test_the_store_outlives_a_server_restart(zk, open_stores):
 
 
 # -- the coordinator on top ------------------------------------------------------
-def counter(start=100):
-    ids = itertools.count(start)
-    return lambda: next(ids)
-
-
-def emits(instructions):
-    return [(i.attempt.txid, i.attempt.attempt_id) for i in instructions if isinstance(i, Emit)]
-
-
-def commits(instructions):
-    return [i.attempt for i in instructions if isinstance(i, Commit)]
 
 
 def test_the_coordinator_resumes_from_a_new_store(zk):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 from squall import FailedException
 from squall.connectors.keyed_state import open_keyed_state
 from squall.transactional import BatchBolt, Committer, OpaqueMemoryTransactionalSpout
+from squall.transactional.coordinator import Commit, Emit
 
 
 def _unlucky(attempt, task: int, salt: str, rate: float) -> bool:
@@ -160,3 +162,18 @@ class ForwardingCommitter(BatchBolt, Committer):
         if self.id.txid == self.txid and self.index == 0 and not Path(self.marker).exists():
             Path(self.marker).write_text("")
             raise FailedException("a committer upstream of another fails")
+
+
+# -- driving the pure coordinator in tests -------------------------------------------
+def counter(start: int = 100):
+    """Attempt ids start, start + 1, ..."""
+    ids = itertools.count(start)
+    return lambda: next(ids)
+
+
+def emits(instructions):
+    return [(i.attempt.txid, i.attempt.attempt_id) for i in instructions if isinstance(i, Emit)]
+
+
+def commits(instructions):
+    return [i.attempt for i in instructions if isinstance(i, Commit)]
