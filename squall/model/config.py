@@ -86,19 +86,21 @@ def _non_empty_str(v: Any) -> str | None:
 
 def _url(*schemes: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
-        if isinstance(v, str) and "://" in v and v.split("://", 1)[0] in schemes and len(v.split("://", 1)[1]) > 0:
-            return None
+        if isinstance(v, str):
+            scheme, sep, rest = v.partition("://")
+            if sep and scheme in schemes and rest:
+                return None
         return "a URL starting with " + " or ".join(f"{s}://" for s in schemes)
 
     return check
 
 
 def _store(v: Any) -> str | None:
-    if _non_empty_str(v) is not None:
-        return "a SQLite path, sqlite:///path or zookeeper://host:port/root"
-    if "://" in v and v.split("://", 1)[0] not in ("sqlite", "zookeeper"):
-        return "a SQLite path, sqlite:///path or zookeeper://host:port/root"
-    return None
+    if isinstance(v, str) and v:
+        scheme, sep, _ = v.partition("://")
+        if not sep or scheme in ("sqlite", "zookeeper"):
+            return None
+    return "a SQLite path, sqlite:///path or zookeeper://host:port/root"
 
 
 VALIDATORS: dict[str, Callable[[Any], str | None]] = {
