@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, FailedException, Spout
@@ -391,3 +392,30 @@ def opened(spout, conf=None, component="s") -> SpoutRecorder:
     recorder = SpoutRecorder()
     spout.open(conf or {}, TopologyContext(b.build(), component, 1), recorder)
     return recorder
+
+
+class RecordValues(BasicBolt):
+    """Records the first value of each tuple in the SQLite table ``seen``, before the tuple is acked."""
+
+    outputs = ()
+
+    def __init__(self, db_path) -> None:
+        self.db_path = str(db_path)
+
+    def prepare(self, conf, context):
+        self.db = sqlite3.connect(self.db_path, timeout=30)
+        with self.db:
+            self.db.execute("CREATE TABLE IF NOT EXISTS seen (value)")
+
+    def execute(self, tup, collector):
+        with self.db:
+            self.db.execute("INSERT INTO seen (value) VALUES (?)", (tup[0],))
+
+
+def recorded(db_path) -> list:
+    """What ``RecordValues`` recorded so far (nothing yet if its table is not there)."""
+    try:
+        with sqlite3.connect(db_path, timeout=30) as db:
+            return [v for (v,) in db.execute("SELECT value FROM seen")]
+    except sqlite3.OperationalError:
+        return []

@@ -1,11 +1,9 @@
 """The seed's failure cases, at the level of the whole system."""
 
-import sqlite3
 import time
 from collections import Counter
-from pathlib import Path
 
-from components import CrashOnce, Hold, ReplayingSpout, WordCount
+from components import CrashOnce, Hold, ReplayingSpout, WordCount, recorded
 from drivers import finish_driver, kill_driver, start_driver
 
 from squall import TopologyBuilder
@@ -66,14 +64,6 @@ def test_lost_acker_state_replays_through_timeout(cluster):
     assert sorted(spout.acked) == list(range(12)) and sorted(spout.fail_calls) == sorted(lost)
 
 
-def _seen(sink: Path) -> list[str]:
-    try:
-        with sqlite3.connect(sink, timeout=30) as db:
-            return [v for (v,) in db.execute("SELECT value FROM seen")]
-    except sqlite3.OperationalError:
-        return []
-
-
 def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
     """SIGKILL the whole driver process group mid-run; restart it; nothing is lost."""
     queue_path, sink = tmp_path / "queue.sqlite", tmp_path / "sink.sqlite"
@@ -84,7 +74,7 @@ def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
 
     first = start_driver("queue_sink.py", conf)
     deadline = time.monotonic() + 240
-    while len(_seen(sink)) < 60:
+    while len(recorded(sink)) < 60:
         assert first.poll() is None, first.stdout.read()
         assert time.monotonic() < deadline, "the first driver made no progress"
         time.sleep(0.2)
@@ -95,7 +85,7 @@ def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
 
     second = start_driver("queue_sink.py", conf)
     finish_driver(second, timeout=300)
-    seen = Counter(_seen(sink))
+    seen = Counter(recorded(sink))
     assert set(seen) == set(values)  # every message processed at least once
     assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
     duplicates = sum(n - 1 for n in seen.values())

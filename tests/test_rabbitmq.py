@@ -2,12 +2,11 @@
 
 import json
 import socket
-import sqlite3
 import time
 import uuid
 
 import pytest
-from components import AckAll, FailFirstDelivery, opened
+from components import AckAll, FailFirstDelivery, RecordValues, opened, recorded
 from servers import RabbitMQServer, free_port
 from tx_components import WORDS
 
@@ -159,38 +158,15 @@ def test_a_missing_queue_is_named_when_not_declared(rabbitmq_server, queue):
         opened(RabbitMQSpout(queue, rabbitmq_server.url, declare=False))
 
 
-class RecordValue(AckAll):
-    """Records each value it receives in a SQLite table, then acks."""
-
-    def __init__(self, db_path: str) -> None:
-        self.db_path = db_path
-
-    def prepare(self, conf, context, collector):
-        super().prepare(conf, context, collector)
-        self.db = sqlite3.connect(self.db_path, timeout=30)
-
-    def execute(self, tup):
-        with self.db:
-            self.db.execute("INSERT INTO seen VALUES (?)", (tup[0],))
-        super().execute(tup)
-
-
-def recorded(db) -> list[int]:
-    with sqlite3.connect(db) as c:
-        return [n for (n,) in c.execute("SELECT n FROM seen")]
-
-
 def test_a_broker_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_path, queue):
     (tmp_path / "broker").mkdir()
     broker = RabbitMQServer(tmp_path / "broker")
     db = tmp_path / "seen.sqlite"
-    with sqlite3.connect(db) as c:
-        c.execute("CREATE TABLE seen (n INTEGER)")
     try:
         publish(broker.url, queue, list(range(300)))
         b = TopologyBuilder()
         b.set_spout("s", RabbitMQSpout(queue, broker.url, fields=["n"]))
-        b.set_bolt("record", RecordValue(str(db))).shuffle_grouping("s")
+        b.set_bolt("record", RecordValues(db)).shuffle_grouping("s")
         conf = {"topology.max.spout.pending": 40, "squall.wave.spout.batch": 20}
         with TestCluster() as cluster:
             run = cluster.submit_topology("rabbit-lost", conf, b.build())
