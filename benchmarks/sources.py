@@ -22,7 +22,7 @@ from pathlib import Path
 from squall import TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
 from squall.connectors.rabbitmq import RabbitMQSpout, connect, publish
-from squall.connectors.redis_streams import RedisStreamSpout
+from squall.connectors.redis_streams import RedisStreamSpout, append
 from squall.connectors.redis_streams import connect as redis_connect
 from squall.runner import load_module
 from squall.spark.context import spark_context
@@ -119,15 +119,11 @@ def main() -> None:
             connection.channel().queue_delete(name)
         connection.channel().exchange_delete(f"bench-{tag}.dead")
 
-    client = redis_connect(args.redis_url)
     for stream in (f"bench-{tag}", f"drain-{tag}"):
-        pipe = client.pipeline(transaction=False)
-        for values in sentences:
-            pipe.xadd(stream, {"data": json.dumps(values)})
-        pipe.execute()
+        append(args.redis_url, stream, sentences)
     rates["redis_streams"] = squall_rate(RedisStreamSpout(args.redis_url, f"bench-{tag}", fields=["sentence"]), n)
     rates["redis_plain_consumer"] = redis_drain_rate(args.redis_url, f"drain-{tag}", n)
-    client.delete(f"bench-{tag}", f"drain-{tag}")
+    redis_connect(args.redis_url).delete(f"bench-{tag}", f"drain-{tag}")
 
     print(f"sentences={n}")
     for name, rate in rates.items():

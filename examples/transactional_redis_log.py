@@ -17,12 +17,11 @@ run.
 
 from __future__ import annotations
 
-import json
 import random
 
 from squall.connectors.keyed_state import open_keyed_state
 from squall.connectors.redis_log import RedisLogOpaqueSpout, RedisLogTransactionalSpout
-from squall.connectors.redis_streams import connect
+from squall.connectors.redis_streams import append, connect
 from squall.transactional import BatchBolt, Committer, TransactionalTopologyBuilder
 
 NAME = "redis-log-words"
@@ -85,10 +84,9 @@ def fill_once(url: str, count: int) -> None:
     client = connect(url)
     if any(client.xlen(f"words:{p}") for p in range(PARTITIONS)):
         return
-    pipe = client.pipeline(transaction=False)
-    for i, word in enumerate(sample_words(count)):
-        pipe.xadd(f"words:{i % PARTITIONS}", {"data": json.dumps([word])})
-    pipe.execute()
+    words = sample_words(count)
+    for p in range(PARTITIONS):
+        append(url, f"words:{p}", ([word] for word in words[p::PARTITIONS]))
 
 
 def build_topology(conf):

@@ -16,7 +16,6 @@ its count is stored.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 from squall import BasicBolt, Bolt, Fields, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
 from squall.connectors.rabbitmq import RabbitMQSpout, publish, queue_depth
-from squall.connectors.redis_streams import RedisStreamSpout, connect
+from squall.connectors.redis_streams import RedisStreamSpout, append, connect
 
 NAME = "word-count"
 CONF = {
@@ -111,11 +110,7 @@ def fill_once(conf, count: int) -> int:
     if source == "rabbitmq":
         publish(conf["squall.amqp.url"], "sentences", sentences)
     elif source == "redis":
-        client = connect(conf["squall.redis.url"])
-        pipe = client.pipeline(transaction=False)
-        for values in sentences:
-            pipe.xadd("sentences", {"data": json.dumps(values)})
-        pipe.execute()
+        append(conf["squall.redis.url"], "sentences", sentences)
     else:
         queue = ReliableQueue(queue_path, "sentences")
         queue.put_many(sentences)

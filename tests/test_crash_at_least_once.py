@@ -6,7 +6,6 @@ message has been counted at least once, and the test reports how many messages
 were counted more than once.
 """
 
-import json
 import random
 import time
 from collections import Counter
@@ -16,7 +15,7 @@ from drivers import finish_driver, kill_driver, start_driver
 from tx_components import WORDS
 
 from squall.connectors.rabbitmq import publish, queue_depth
-from squall.connectors.redis_streams import connect
+from squall.connectors.redis_streams import append, connect
 
 MESSAGES = 200_000
 PENDING = 5000  # topology.max.spout.pending of tests/topologies/broker_word_count.py
@@ -96,12 +95,8 @@ def test_redis_streams_word_count_survives_a_driver_kill_and_a_worker_kill(redis
     seed = random.randrange(10_000)
     messages = sentences(seed)
     started = time.monotonic()
+    append(redis_server.url, "crash-words", messages)
     client = connect(redis_server.url)
-    for chunk in range(0, MESSAGES, 5000):
-        pipe = client.pipeline(transaction=False)
-        for m in messages[chunk : chunk + 5000]:
-            pipe.xadd("crash-words", {"data": json.dumps(m)})
-        pipe.execute()
     out = tmp_path / "out"
     out.mkdir()
     conf = {"test.source": "redis", "test.queue": "crash-words", "test.out": out, "test.claim_idle_ms": 5000}

@@ -5,7 +5,6 @@ and started again; one batch in 20 fails its first commit after writing. The
 counts in PostgreSQL equal a direct count of the words, exactly.
 """
 
-import json
 import random
 import time
 from collections import Counter
@@ -14,7 +13,7 @@ from drivers import finish_driver, kill_driver, start_driver
 from tx_components import WORDS
 
 from squall.connectors.postgres import PostgresKeyedState
-from squall.connectors.redis_streams import connect
+from squall.connectors.redis_streams import append
 from squall.transactional import SqliteCoordinatorStore
 
 WORDS_TOTAL = 200_000
@@ -36,13 +35,8 @@ def test_redis_log_into_postgres_is_exact_through_three_driver_kills(redis_serve
     rnd = random.Random(seed)
     vocabulary = [f"{w}{n}" for w in WORDS for n in range(50)]
     words = {p: [rnd.choice(vocabulary) for _ in range(WORDS_TOTAL // PARTITIONS)] for p in range(PARTITIONS)}
-    client = connect(redis_server.url)
     for p, part in words.items():
-        for chunk in range(0, len(part), 5000):
-            pipe = client.pipeline(transaction=False)
-            for w in part[chunk : chunk + 5000]:
-                pipe.xadd(f"words:{p}", {"data": json.dumps([w])})
-            pipe.execute()
+        append(redis_server.url, f"words:{p}", ([w] for w in part))
     markers = tmp_path / "markers"
     markers.mkdir()
     store = tmp_path / "coordinator.sqlite"

@@ -1,6 +1,5 @@
 """Redis Streams as a replayable partitioned log, into Redis state: exact counts."""
 
-import json
 import time
 from collections import Counter
 
@@ -8,7 +7,7 @@ from servers import RedisServer
 from tx_components import CountCommitter, PartialWordCount, word_data
 
 from squall.connectors.redis_log import RedisKeyedState, RedisLogOpaqueSpout, RedisLogTransactionalSpout
-from squall.connectors.redis_streams import connect
+from squall.connectors.redis_streams import append, connect
 from squall.testing import TestCluster
 from squall.transactional import TransactionalTopologyBuilder, TransactionalValue, TransactionAttempt
 
@@ -27,14 +26,8 @@ def run_until_committed(run, txid: int) -> None:
             time.sleep(0.01)
 
 
-def fill(url: str, key: str, rows) -> None:
-    client = connect(url)
-    for values in rows:
-        client.xadd(key, {"data": json.dumps(values)})
-
-
 def test_the_same_txid_reads_the_same_entry_range(redis_server):
-    fill(redis_server.url, "log:0", [[f"w{i}"] for i in range(10)])
+    append(redis_server.url, "log:0", [[f"w{i}"] for i in range(10)])
     spout = RedisLogTransactionalSpout([(redis_server.url, "log:0")], ["word"], 4)
     tx = TransactionAttempt(1, 1)
     first, again, second = Recorder(), Recorder(), Recorder()
@@ -49,10 +42,10 @@ def test_the_same_txid_reads_the_same_entry_range(redis_server):
 def test_exactly_once_from_a_redis_log_into_redis_state_through_failures(spark, redis_server, tmp_path):
     data = word_data(3, 80, seed=21)
     for p, rows in data.items():
-        fill(redis_server.url, f"words:{p}", rows[:40])
+        append(redis_server.url, f"words:{p}", rows[:40])
     connect(redis_server.url).xadd("words:1", {"data": "[1, 2]"})  # two values for one field: malformed
     for p, rows in data.items():
-        fill(redis_server.url, f"words:{p}", rows[40:])
+        append(redis_server.url, f"words:{p}", rows[40:])
     spout = RedisLogTransactionalSpout([(redis_server.url, f"words:{p}") for p in data], ["word"], 9)
     b = TransactionalTopologyBuilder("redis-exact", "spout", spout, 2)
     b.set_bolt("partial", PartialWordCount(fail_rate=0.1), 2).shuffle_grouping("spout")
@@ -82,8 +75,8 @@ def test_opaque_with_a_partition_unavailable_for_a_while(spark, redis_server, tm
     second = RedisServer(tmp_path / "second", persistent=True)
     try:
         data = word_data(2, 60, seed=33)
-        fill(redis_server.url, "w:0", data[0])
-        fill(second.url, "w:1", data[1])
+        append(redis_server.url, "w:0", data[0])
+        append(second.url, "w:1", data[1])
         spout = RedisLogOpaqueSpout([(redis_server.url, "w:0"), (second.url, "w:1")], ["word"], 5)
         b = TransactionalTopologyBuilder("redis-opaque", "spout", spout)
         b.set_bolt("partial", PartialWordCount(), 2).shuffle_grouping("spout")

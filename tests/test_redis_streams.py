@@ -10,15 +10,14 @@ from components import AckAll, FailFirstDelivery, opened
 from tx_components import WORDS
 
 from squall import TopologyBuilder
-from squall.connectors.redis_streams import BrokerUnavailable, RedisStreamSpout, connect
+from squall.connectors.redis_streams import BrokerUnavailable, RedisStreamSpout, append, connect
 from squall.testing import TestCluster
 
 
 def test_every_entry_is_acked_and_failures_are_redelivered(cluster, redis_server, tmp_path):
     client = connect(redis_server.url)
     words = [WORDS[i % len(WORDS)] + str(i) for i in range(60)]
-    for w in words:
-        client.xadd("words", {"data": json.dumps([w])})
+    append(redis_server.url, "words", ([w] for w in words))
     spout = RedisStreamSpout(redis_server.url, "words", fields=["word"])
     b = TopologyBuilder()
     b.set_spout("s", spout)
@@ -34,8 +33,7 @@ def test_every_entry_is_acked_and_failures_are_redelivered(cluster, redis_server
 
 
 def test_entries_of_a_dead_consumer_are_reclaimed(redis_server):
-    client = connect(redis_server.url)
-    ids = [client.xadd("jobs", {"data": json.dumps(n)}).decode() for n in range(5)]
+    ids = append(redis_server.url, "jobs", range(5))
     dead = RedisStreamSpout(redis_server.url, "jobs", fields=["n"], claim_idle_ms=200)
     got = opened(dead)
     for _ in range(5):
@@ -90,9 +88,7 @@ def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_p
 
     server = RedisServer(tmp_path, persistent=True)
     try:
-        client = connect(server.url)
-        for n in range(200):
-            client.xadd("jobs", {"data": json.dumps(n)})
+        append(server.url, "jobs", range(200))
         b = TopologyBuilder()
         b.set_spout("s", RedisStreamSpout(server.url, "jobs", fields=["n"], read_count=10))
         b.set_bolt("sink", AckAll()).shuffle_grouping("s")
@@ -115,8 +111,7 @@ def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_p
 
 
 def test_a_claim_does_not_emit_an_entry_twice(redis_server):
-    client = connect(redis_server.url)
-    ids = [client.xadd("slow", {"data": json.dumps(n)}).decode() for n in range(5)]
+    ids = append(redis_server.url, "slow", range(5))
     spout = RedisStreamSpout(redis_server.url, "slow", fields=["n"], claim_idle_ms=200, read_count=5)
     got = opened(spout)
     spout.next_tuple()  # reads all 5, emits the first; 4 wait in the spout's buffer

@@ -13,13 +13,15 @@ reason, and acked, so it cannot loop. Never pickle.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
+from typing import Any, TypeVar
 
 import redis
 
@@ -30,7 +32,7 @@ from squall.model.components import Spout
 from squall.model.config import SQUALL_REDIS_URL
 from squall.model.fields import Fields, as_fields
 
-__all__ = ["BrokerUnavailable", "RedisStreamSpout", "connect", "with_retries"]
+__all__ = ["BrokerUnavailable", "RedisStreamSpout", "append", "connect", "with_retries"]
 
 T = TypeVar("T")
 LOST = (redis.ConnectionError, redis.TimeoutError)
@@ -48,6 +50,22 @@ def connect(url: str) -> redis.Redis:
     except redis.RedisError as exc:
         raise BrokerUnavailable(f"cannot reach Redis at {redact(url)}: {exc}") from None
     return client
+
+
+def append(url: str, stream: str, payloads: Iterable[Any], data_field: str = "data") -> list[str]:
+    """Append each payload to ``stream`` as JSON in ``data_field``, pipelined; returns the entry ids."""
+    client = connect(url)
+    ids: list[str] = []
+    payloads = iter(payloads)
+    try:
+        while chunk := list(islice(payloads, 5000)):
+            pipe = client.pipeline(transaction=False)
+            for payload in chunk:
+                pipe.xadd(stream, {data_field: json.dumps(payload)})
+            ids += [_text(entry_id) for entry_id in pipe.execute()]
+    finally:
+        client.close()
+    return ids
 
 
 def with_retries(what: str, call: Callable[[], T]) -> T:
