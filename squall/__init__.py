@@ -10,7 +10,9 @@ from squall.model import (
     InvalidConfigError,
     InvalidTopologyError,
     Spout,
+    SquallError,
     TopologyBuilder,
+    TopologyFailed,
     Tuple,
 )
 
@@ -25,7 +27,9 @@ __all__ = [
     "InvalidTopologyError",
     "LocalCluster",
     "Spout",
+    "SquallError",
     "TopologyBuilder",
+    "TopologyFailed",
     "Tuple",
 ]
 

@@ -21,6 +21,13 @@ def main(verbose: bool) -> None:
 @main.command()
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="config, repeatable")
+@click.option(
+    "--spark-conf",
+    "spark_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="a Spark setting for the SparkConf, repeatable",
+)
 @click.option("--master", help="Spark master URL (default local[*]); same as --conf squall.spark.master=URL")
 @click.option("--name", help="topology name (default: the file's NAME, or its stem)")
 @click.option("--duration", type=float, help="stop after this many seconds")
@@ -31,11 +38,16 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="stop once no tree is pending and nothing has moved for this long (0: run until interrupted)",
 )
-def run(path, conf_pairs, master, name, duration, idle_secs) -> None:
+def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs) -> None:
     """Run the topology a file declares, with progress and a closing summary."""
+    from squall.model.errors import SquallError
     from squall.runner import run_file
 
-    run_file(path, list(conf_pairs), master, name, duration, idle_secs)
+    try:
+        run_file(path, list(conf_pairs), master, name, duration, idle_secs, spark_pairs=list(spark_pairs))
+    except SquallError as exc:
+        click.echo(f"squall: {exc}", err=True)
+        sys.exit(1)
 
 
 @main.command()

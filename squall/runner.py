@@ -45,7 +45,10 @@ def parse_conf_pairs(pairs: list[str]) -> dict[str, Any]:
 
 
 def load_module(path: str | Path) -> ModuleType:
+    """Load a topology file as ``python FILE`` would: its own directory first on ``sys.path``."""
     path = Path(path).resolve()
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # helper modules next to the file import as they would under python
     name = f"squall_topology_{path.stem}_{zlib.crc32(str(path).encode()):08x}"  # two files may share a stem
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -55,6 +58,17 @@ def load_module(path: str | Path) -> ModuleType:
     spec.loader.exec_module(module)
     cloudpickle.register_pickle_by_value(module)  # Spark's workers cannot import it by name
     return module
+
+
+def parse_spark_pairs(pairs: list[str]) -> dict[str, str]:
+    """``--spark-conf key=value`` pairs, kept as strings, as ``spark-submit --conf`` does."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SquallError(f"--spark-conf expects key=value, got {pair!r}")
+        settings[key] = value
+    return settings
 
 
 def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
@@ -115,6 +129,9 @@ def summary_table(run: TopologyRun) -> Table:
     return table
 
 
+DURABLE_STORE = ".squall-state/transactional.sqlite"  # a restarted ``squall run`` resumes from it
+
+
 def run_file(
     path: str,
     conf_pairs: list[str],
@@ -123,7 +140,9 @@ def run_file(
     duration: float | None,
     idle_secs: float,
     console: Console | None = None,
+    spark_pairs: list[str] | None = None,
 ) -> TopologyRun:
+    """Run the topology of ``path`` until idle, ``duration`` or Ctrl-C; raises ``TopologyFailed`` if it was stopped."""
     from squall.spark.cluster import LocalCluster
 
     console = console or Console()
@@ -131,6 +150,9 @@ def run_file(
     conf = {**getattr(module, "CONF", {}), **parse_conf_pairs(conf_pairs)}
     if master:
         conf[cfg.SQUALL_SPARK_MASTER] = master
+    if spark_pairs:
+        conf[cfg.SQUALL_SPARK_CONF] = {**conf.get(cfg.SQUALL_SPARK_CONF, {}), **parse_spark_pairs(spark_pairs)}
+    conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)
     topology = topology_of(module, conf)
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
@@ -150,11 +172,16 @@ def run_file(
                         break
                     if idle_secs and run.idle_for() >= idle_secs:
                         break
+                    if name in cluster.failures:
+                        break
             except KeyboardInterrupt:
                 console.print("interrupted")
             cluster.kill_topology(name)
             live.update(stats_table(run.stats, model))
+        failure = cluster.failures.get(name)
     console.print()
+    if failure is not None:
+        raise failure
     if hasattr(run, "commits"):
         malformed = run.stats.spout_totals(list(run.topology.spouts)).malformed
         console.print(f"transactions committed: {len(run.commits)} (last txid {run.coordinator.last_committed})")

@@ -1,6 +1,4 @@
 import logging
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -8,10 +6,6 @@ from hypothesis import settings
 # Shared machines are noisy: judge hypothesis examples by their outcome, not their speed.
 settings.register_profile("squall", deadline=None)
 settings.load_profile("squall")
-
-# Spark's Python workers import the bolts defined in test modules by name.
-_TESTS = str(Path(__file__).parent)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_TESTS, os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,16 @@ HERE = Path(__file__).parent
 
 
 def start_driver(topology: str, conf: dict, idle_secs: float = 2) -> subprocess.Popen:
-    """``squall run tests/topologies/<topology>`` with ``conf``, in a new session (its own process group)."""
+    """``squall run tests/<topology>`` with ``conf``, in a new session (its own process group).
+
+    The topology files import helper modules that sit next to them, as scripts do.
+    """
     args = [
         sys.executable,
         "-m",
         "squall.cli",
         "run",
-        str(HERE / "topologies" / topology),
+        str(HERE / topology),
         "--idle-secs",
         str(idle_secs),
     ]
@@ -26,7 +29,6 @@ def start_driver(topology: str, conf: dict, idle_secs: float = 2) -> subprocess.
         args += ["--conf", f"{key}={value}"]
     return subprocess.Popen(
         args,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

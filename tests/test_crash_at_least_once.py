@@ -18,7 +18,7 @@ from squall.connectors.rabbitmq import publish, queue_depth
 from squall.connectors.redis_streams import append, connect
 
 MESSAGES = 200_000
-PENDING = 5000  # topology.max.spout.pending of tests/topologies/broker_word_count.py
+PENDING = 5000  # topology.max.spout.pending of tests/broker_word_count.py
 
 
 def sentences(seed: int) -> list[dict]:

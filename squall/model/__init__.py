@@ -2,7 +2,7 @@
 
 from squall.model.builder import BoltDeclarer, SpoutDeclarer, TopologyBuilder
 from squall.model.components import DEFAULT_STREAM, BasicBolt, Bolt, Spout
-from squall.model.errors import FailedException, InvalidConfigError, InvalidTopologyError, SquallError
+from squall.model.errors import FailedException, InvalidConfigError, InvalidTopologyError, SquallError, TopologyFailed
 from squall.model.fields import Fields
 from squall.model.groupings import (
     AllGrouping,
@@ -14,7 +14,7 @@ from squall.model.groupings import (
     NoneGrouping,
     ShuffleGrouping,
 )
-from squall.model.topology import ComponentSpec, Subscription, Topology, TopologyContext
+from squall.model.topology import ComponentSpec, GlobalStreamId, Subscription, Topology, TopologyContext
 from squall.model.tuple import Tuple
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Fields",
     "FieldsGrouping",
     "GlobalGrouping",
+    "GlobalStreamId",
     "Grouping",
     "InvalidConfigError",
     "InvalidTopologyError",
@@ -42,5 +43,6 @@ __all__ = [
     "Topology",
     "TopologyBuilder",
     "TopologyContext",
+    "TopologyFailed",
     "Tuple",
 ]

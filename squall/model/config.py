@@ -6,6 +6,7 @@ components untouched, as Storm does, except under ``squall.``, which is ours.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,8 +20,13 @@ TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
 SQUALL_SPARK_MASTER = "squall.spark.master"
+SQUALL_SPARK_CONF = "squall.spark.conf"  # {spark key: value} passed to the SparkConf
+SQUALL_SPARK_UI = "squall.spark.ui"  # Spark's own web UI
+# Where bolt state is checkpointed: any Hadoop-compatible URL (file:, hdfs:, s3a:) or a local path
+SQUALL_CHECKPOINT_DIR = "squall.checkpoint.dir"
 SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # next_tuple calls per spout task per wave
 SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
+SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"
@@ -37,8 +43,12 @@ DEFAULTS: dict[str, Any] = {
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
     TOPOLOGY_DEBUG: False,
     SQUALL_SPARK_MASTER: "local[*]",
+    SQUALL_SPARK_CONF: {},
+    SQUALL_SPARK_UI: False,
+    SQUALL_CHECKPOINT_DIR: None,
     SQUALL_WAVE_SPOUT_BATCH: 1000,
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
+    SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
     SQUALL_REDIS_URL: None,
@@ -95,6 +105,18 @@ def _url(*schemes: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _path_or_url(v: Any) -> str | None:
+    return None if isinstance(v, os.PathLike) or (isinstance(v, str) and v) else "a path or a URL (file:, hdfs:, s3a:)"
+
+
+def _spark_conf(v: Any) -> str | None:
+    if isinstance(v, Mapping) and all(
+        isinstance(k, str) and k and isinstance(x, (str, int, float, bool)) for k, x in v.items()
+    ):
+        return None
+    return "a dict of Spark config keys to str, int, float or bool values"
+
+
 def _store(v: Any) -> str | None:
     if isinstance(v, str) and v:
         scheme, sep, _ = v.partition("://")
@@ -111,8 +133,12 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
     TOPOLOGY_DEBUG: _bool,
     SQUALL_SPARK_MASTER: _non_empty_str,
+    SQUALL_SPARK_CONF: _spark_conf,
+    SQUALL_SPARK_UI: _bool,
+    SQUALL_CHECKPOINT_DIR: _optional(_path_or_url),
     SQUALL_WAVE_SPOUT_BATCH: _int_at_least(1),
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
+    SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_TRANSACTIONAL_STORE: _store,
     SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),

@@ -15,3 +15,7 @@ class InvalidConfigError(SquallError, ValueError):
 
 class FailedException(Exception):
     """Raised by a bolt to fail its input tuple (or, in a transactional topology, the batch)."""
+
+
+class TopologyFailed(SquallError):
+    """A failure no retry can fix stopped the topology; the message names the component, the task and the cause."""

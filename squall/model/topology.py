@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from squall.model.fields import Fields
 from squall.model.groupings import Grouping
+
+
+class GlobalStreamId(NamedTuple):
+    """A stream named by the component that emits it, as Storm's ``GlobalStreamId``."""
+
+    component_id: str
+    stream_id: str
 
 
 @dataclass(frozen=True)
@@ -139,3 +146,34 @@ class TopologyContext:
 
     def output_fields(self, stream: str = "default") -> Fields:
         return self.topology.stream_fields(self.component_id, stream)
+
+    # -- Storm's names -------------------------------------------------------
+    def get_this_task_index(self) -> int:
+        """This task's index among its component's tasks, 0 to parallelism - 1."""
+        return self.task_index
+
+    def get_this_sources(self) -> dict[GlobalStreamId, Grouping]:
+        """The streams this component reads, each with the grouping it subscribed with."""
+        return {
+            GlobalStreamId(sub.source, sub.stream): sub.grouping
+            for sub in self.topology.components[self.component_id].inputs
+        }
+
+    def get_this_targets(self) -> dict[str, dict[str, Grouping]]:
+        """For each stream this component declares: ``{reading component: grouping}``."""
+        streams = self.topology.components[self.component_id].streams
+        return {
+            stream: {bolt: sub.grouping for bolt, sub in self.topology.subscribers(self.component_id, stream)}
+            for stream in streams
+        }
+
+    def get_component_output_fields(self, component_id: str, stream_id: str = "default") -> Fields:
+        """The fields ``component_id`` declares on ``stream_id``."""
+        component = self.topology.components.get(component_id)
+        if component is None:
+            raise KeyError(f"no component {component_id!r} in the topology; it has {sorted(self.topology.components)}")
+        if stream_id not in component.streams:
+            raise KeyError(
+                f"component {component_id!r} declares no stream {stream_id!r}; it declares {sorted(component.streams)}"
+            )
+        return component.streams[stream_id]

@@ -17,7 +17,7 @@ is reused as is, with no rebuild.
 
 from __future__ import annotations
 
-import copy
+import io
 import logging
 import pickle
 from collections.abc import Iterator
@@ -25,12 +25,16 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
+from pyspark import cloudpickle
+
 from squall.model.components import BasicBolt
 from squall.model.errors import FailedException
-from squall.model.topology import Topology, TopologyContext
+from squall.model.topology import TopologyContext
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector, TaskStatus
 from squall.spark.records import Out, to_tuple
+from squall.spark.shipping import ShippedTopology, TaskSetupError, new_component
+from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.task")
 
@@ -50,57 +54,87 @@ class TaskPlan:
     seed: int
     acking: bool
     capture: bool
+    simulated_now: float | None = None  # the wave's time on a simulated clock, for squall.time.now()
+
+
+class _StatePickler(cloudpickle.Pickler):
+    """Pickles a bolt's attributes; the task's own objects (the bolt, its collector and context) become tags."""
+
+    def __init__(self, file: io.BytesIO, own: dict[int, str]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._own = own
+
+    def persistent_id(self, obj: Any) -> str | None:
+        return self._own.get(id(obj))
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Re-binds the tags to the restoring task's own bolt, collector and context."""
+
+    def __init__(self, file: io.BytesIO, own: dict[str, Any]) -> None:
+        super().__init__(file)
+        self._own = own
+
+    def persistent_load(self, pid: str) -> Any:
+        return self._own[pid]
 
 
 class BoltTask:
-    def __init__(self, topology: Topology, conf: dict, component: str, task: int, plan: TaskPlan) -> None:
+    def __init__(self, shipped: ShippedTopology, component: str, task: int, plan: TaskPlan) -> None:
+        topology = shipped.topology
         spec = topology.components[component]
         self.component, self.task = component, task
-        self.bolt = copy.deepcopy(spec.obj)
+        self.bolt = new_component(shipped, component, task)
         self.context = TopologyContext(topology, component, task)
         self.collector = OutputCollector(topology, component, task, plan.acking, plan.capture)
         self.basic = isinstance(self.bolt, BasicBolt)
+        self.basic_collector = BasicOutputCollector(self.collector) if self.basic else None
         self._topology = topology
-        self._unpicklable: set[str] = set()
-        task_conf = {**conf, **spec.conf}
-        if self.basic:
-            self.basic_collector = BasicOutputCollector(self.collector)
-            self.bolt.prepare(task_conf, self.context)
-        else:
-            self.bolt.prepare(task_conf, self.context, self.collector)
+        self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
+        task_conf = {**shipped.conf, **spec.conf}
+        try:
+            if self.basic:
+                self.bolt.prepare(task_conf, self.context)
+            else:
+                self.bolt.prepare(task_conf, self.context, self.collector)
+        except Exception as exc:
+            raise TaskSetupError(component, task, "prepare() raised", exc) from exc
 
     # -- state ---------------------------------------------------------------
-    def _own(self) -> tuple[Any, ...]:
-        return (self.collector, self.context, getattr(self, "basic_collector", None))
+    def _own(self) -> dict[str, Any]:
+        own = {"bolt": self.bolt, "collector": self.collector, "context": self.context}
+        if self.basic_collector is not None:
+            own["basic_collector"] = self.basic_collector
+        return own
+
+    def _dumps(self, state: dict[str, Any], own: dict[int, str]) -> bytes:
+        buffer = io.BytesIO()
+        _StatePickler(buffer, own).dump(state)
+        return buffer.getvalue()
 
     def snapshot(self, version: int) -> Snapshot:
-        own = self._own()
-        state = {
-            k: v for k, v in vars(self.bolt).items() if k not in self._unpicklable and not any(v is o for o in own)
-        }
+        """Every attribute of the bolt; references to the bolt, its collector or context are re-bound on restore."""
+        own = {id(obj): tag for tag, obj in self._own().items()}
+        state = {k: v for k, v in vars(self.bolt).items() if k not in self.unpicklable}
         try:
-            blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = self._dumps(state, own)
         except Exception:
             for key, value in list(state.items()):
                 try:
-                    pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                    self._dumps({key: value}, own)
                 except Exception:
-                    self._unpicklable.add(key)
+                    self.unpicklable.add(key)
                     del state[key]
-            log.info(
-                "%s task %d: not snapshotting %s (unpicklable; rebuilt by prepare)",
-                self.component,
-                self.task,
-                sorted(self._unpicklable),
-            )
-            blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = self._dumps(state, own)
         return Snapshot(version, blob)
 
     def restore(self, snapshot: Snapshot) -> None:
-        vars(self.bolt).update(pickle.loads(snapshot.blob))
+        state = _StateUnpickler(io.BytesIO(snapshot.blob), self._own()).load()
+        vars(self.bolt).update(state)
 
     # -- execution -----------------------------------------------------------
     def begin_wave(self, plan: TaskPlan) -> None:
+        use_simulated_time(plan.simulated_now)
         ids = IdGenerator([plan.seed, plan.wave, self.task])  # the same ids if Spark recomputes
         self.collector.next_id = ids.next_id
         self.collector.status = TaskStatus()
@@ -133,8 +167,7 @@ _LIVE: dict[tuple[str, int], tuple[int | None, BoltTask]] = {}
 
 
 def run_partition(
-    topology: Topology,
-    conf: dict,
+    shipped: ShippedTopology,
     component: str,
     plan: TaskPlan,
     driver_inputs: list[tuple],
@@ -145,7 +178,7 @@ def run_partition(
 
     ``driver_inputs`` are the tuples the driver sends this task (spout emits, ticks).
     """
-    task_id = topology.task_ids(component)[index]
+    task_id = shipped.topology.task_ids(component)[index]
     records = iter(records)
     first = next(records, None)
     if first is None or first[1][0] != Out.STATE:
@@ -157,9 +190,12 @@ def run_partition(
     if live is not None and live[0] == version:
         task = live[1]
     else:
-        task = BoltTask(topology, conf, component, task_id, plan)
+        task = BoltTask(shipped, component, task_id, plan)
         if snapshot is not None:
-            task.restore(snapshot)
+            try:
+                task.restore(snapshot)
+            except Exception as exc:
+                raise TaskSetupError(component, task_id, "its saved state cannot be restored", exc) from exc
     task.begin_wave(plan)
 
     executed = 0
@@ -172,6 +208,7 @@ def run_partition(
 
     if executed:
         snapshot = task.snapshot(plan.wave)
+        task.collector.status.unpicklable = sorted(task.unpicklable)
     _LIVE[(plan.run_id, task_id)] = (snapshot.version if snapshot else None, task)
     yield (index, (Out.STATE, snapshot))
     yield (("status", component, task_id), (Out.STATUS, task.collector.status, task.collector.captured))

@@ -6,6 +6,8 @@ import time
 
 
 class Clock:
+    simulated = False
+
     def now(self) -> float:
         raise NotImplementedError
 
@@ -17,6 +19,8 @@ class RealClock(Clock):
 
 class SimulatedClock(Clock):
     """Time that moves only when told to."""
+
+    simulated = True
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start

@@ -1,20 +1,36 @@
-"""``LocalCluster``: run topologies on Spark (local mode by default)."""
+"""``LocalCluster``: run topologies on Spark (local mode by default).
+
+Like Storm's ``LocalCluster``, it is self-contained: unless the config says
+otherwise, bolt state is checkpointed and transactional progress is kept in
+directories the cluster owns and removes on shutdown, so one run never leaks
+into the next. ``squall run`` passes durable places instead.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from squall.model import config as cfg
-from squall.model.errors import SquallError
+from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology
 from squall.spark.clock import Clock, RealClock
-from squall.spark.context import spark_context
+from squall.spark.context import check_executors, is_local_master, spark_context
 from squall.spark.driver import TopologyRun
 from squall.spark.stats import RunStats
 
 log = logging.getLogger("squall")
+
+
+def is_local_path(url: str) -> bool:
+    """A path on this machine's own filesystem (no scheme, or ``file:``)."""
+    scheme, sep, _ = url.partition(":")
+    return not sep or scheme == "file" or len(scheme) == 1  # a Windows drive letter is a path too
 
 
 class LocalCluster:
@@ -25,12 +41,26 @@ class LocalCluster:
     """
 
     def __init__(self, conf: dict[str, Any] | None = None, clock: Clock | None = None) -> None:
+        self._declared: Mapping[str, Any] = dict(conf or {})
         self.conf = cfg.resolve_config(conf)
         self.clock = clock or RealClock()
-        self.sc, self._owns_context = spark_context(self.conf[cfg.SQUALL_SPARK_MASTER])
+        self._owned_dirs: list[str] = []
         self.runs: dict[str, TopologyRun] = {}
+        self.failures: dict[str, TopologyFailed] = {}  # topologies a failure no retry can fix has stopped
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.RLock()
+        self._state_dir: str | None = None
+        self.sc, self._owns_context = spark_context(
+            self.conf[cfg.SQUALL_SPARK_MASTER],
+            settings=self.conf[cfg.SQUALL_SPARK_CONF],
+            ui=self.conf[cfg.SQUALL_SPARK_UI],
+        )
+        try:
+            check_executors(self.sc)
+            self._set_checkpoint_dir()
+        except BaseException:
+            self.shutdown()
+            raise
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -38,18 +68,44 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def _own_dir(self, prefix: str) -> str:
+        path = tempfile.mkdtemp(prefix=prefix)
+        self._owned_dirs.append(path)
+        return path
+
+    def _set_checkpoint_dir(self) -> None:
+        where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
+        where = self._own_dir("squall-checkpoints-") if where is None else os.fspath(where)
+        if not is_local_master(self.sc.master) and is_local_path(where):
+            log.warning(
+                "checkpoint directory %s is on the driver's local filesystem, but master %s is not local: a cluster "
+                "needs shared storage (hdfs:, s3a: or a mount every node shares); set squall.checkpoint.dir",
+                where,
+                self.sc.master,
+            )
+        self.sc.setCheckpointDir(where)
+
+    def _run_conf(self, conf: dict | None, topology_conf: Mapping[str, Any]) -> dict[str, Any]:
+        """The cluster's config under the submitted one; an owned transactional store unless one was declared."""
+        merged = {**self.conf, **(conf or {})}
+        declared = {**topology_conf, **self._declared, **(conf or {})}
+        if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:
+            if self._state_dir is None:
+                self._state_dir = self._own_dir("squall-state-")
+            merged[cfg.SQUALL_TRANSACTIONAL_STORE] = os.path.join(self._state_dir, "transactional.sqlite")
+        return merged
+
     def _start(self, name: str, conf: dict | None, topology: Topology, capture: bool) -> TopologyRun:
         from squall.transactional.builder import TransactionalTopology
 
         if name in self.runs:
             raise SquallError(f"a topology named {name!r} is already running")
-        merged = {**self.conf, **(conf or {})}
         if isinstance(topology, TransactionalTopology):
             from squall.transactional.runtime import TransactionalRun
 
-            run = TransactionalRun(name, topology, merged, self.sc, self.clock)
+            run = TransactionalRun(name, topology, self._run_conf(conf, topology.topology.conf), self.sc, self.clock)
         elif isinstance(topology, Topology):
-            run = TopologyRun(name, topology, merged, self.sc, self.clock, capture)
+            run = TopologyRun(name, topology, self._run_conf(conf, topology.conf), self.sc, self.clock, capture)
         else:
             raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")
         self.runs[name] = run
@@ -70,6 +126,9 @@ class LocalCluster:
             try:
                 with self._lock:
                     info = run.step()
+            except TopologyFailed as failure:
+                self.failures[run.name] = failure
+                return
             except Exception:
                 log.exception("topology %s: wave loop error", run.name)
                 info = None
@@ -96,3 +155,6 @@ class LocalCluster:
         if self._owns_context:
             self.sc.stop()
             self._owns_context = False
+        for path in self._owned_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        self._owned_dirs = []

@@ -27,6 +27,7 @@ class TaskStatus:
     failed: int = 0
     malformed: int = 0
     errors: list[str] = field(default_factory=list)
+    unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
 
 
 def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:

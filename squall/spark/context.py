@@ -1,4 +1,4 @@
-"""The SparkContext squall runs on."""
+"""The SparkContext squall runs on, and the check that its executors can run squall."""
 
 from __future__ import annotations
 
@@ -6,13 +6,28 @@ import logging
 import os
 import re
 import sys
-import tempfile
+from collections.abc import Mapping
+from typing import Any
 
 from pyspark import SparkConf, SparkContext
+
+import squall
+from squall.model.errors import SquallError
 
 log = logging.getLogger("squall")
 
 TASK_RETRIES = 4
+
+ENVIRONMENT_HELP = (
+    "Give the executors the driver's Python environment: the same virtualenv at the same path on every node "
+    "(--spark-conf spark.pyspark.python=/path/to/venv/bin/python), or a packed one shipped with "
+    "--spark-conf spark.archives=env.tar.gz#env and spark.pyspark.python=./env/bin/python (see docs/cluster.md)."
+)
+
+
+def is_local_master(master: str) -> bool:
+    """Spark local mode (``local``, ``local[N]``, ``local[N,F]``): driver and executor in one JVM."""
+    return master.strip().startswith("local") and not master.strip().startswith("local-cluster")
 
 
 def effective_master(master: str) -> str:
@@ -26,25 +41,84 @@ def effective_master(master: str) -> str:
     return master
 
 
-def spark_context(master: str, app_name: str = "squall") -> tuple[SparkContext, bool]:
+def spark_conf(master: str, app_name: str, settings: Mapping[str, Any] | None = None, ui: bool = False) -> SparkConf:
+    """squall's defaults, then the user's ``settings`` (``squall.spark.conf`` / ``--spark-conf``) over them.
+
+    The driver binds to loopback only in local mode; on a cluster Spark's own defaults
+    (or ``spark.driver.host``) decide where executors reach it.
+    """
+    defaults = {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.python.worker.reuse": "true",
+    }
+    if is_local_master(master):
+        defaults["spark.driver.host"] = "127.0.0.1"
+        defaults["spark.driver.bindAddress"] = "127.0.0.1"
+    conf = SparkConf().setMaster(effective_master(master)).setAppName(app_name)
+    for key, value in {**defaults, **(settings or {})}.items():
+        conf.set(key, str(value).lower() if isinstance(value, bool) else str(value))
+    return conf
+
+
+def spark_context(
+    master: str, app_name: str = "squall", settings: Mapping[str, Any] | None = None, ui: bool = False
+) -> tuple[SparkContext, bool]:
     """The active SparkContext, or a new one on ``master``; True if this call created it."""
     active = SparkContext._active_spark_context
     if active is not None:
+        if settings:
+            log.warning(
+                "a SparkContext is already running on %s; Spark settings %s are not applied",
+                active.master,
+                sorted(settings),
+            )
         return active, False
     # Workers run the driver's interpreter (its virtualenv), so they import the same squall and libraries.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = (
-        SparkConf()
-        .setMaster(effective_master(master))
-        .setAppName(app_name)
-        .set("spark.ui.enabled", "false")
-        .set("spark.ui.showConsoleProgress", "false")
-        .set("spark.driver.host", "127.0.0.1")
-        .set("spark.driver.bindAddress", "127.0.0.1")
-        .set("spark.python.worker.reuse", "true")
-    )
-    sc = SparkContext(conf=conf)
+    sc = SparkContext(conf=spark_conf(master, app_name, settings, ui))
     sc.setLogLevel("ERROR")
-    sc.setCheckpointDir(tempfile.mkdtemp(prefix="squall-checkpoints-"))
     log.info("started Spark %s on %s", sc.version, sc.master)
+    if ui and sc.uiWebUrl:
+        log.warning("Spark UI at %s", sc.uiWebUrl)
     return sc, True
+
+
+_PROBE_SOURCE = """
+def squall_executor_probe(_rows):
+    import sys
+    try:
+        import squall
+    except Exception as exc:
+        return [("missing", type(exc).__name__ + ": " + str(exc), sys.executable)]
+    return [("ok", squall.__version__, sys.executable)]
+"""
+
+_CHECKED: set[str] = set()  # application ids whose executors were checked
+
+
+def _probe():
+    # Defined outside any importable module, so that cloudpickle ships it by value: unpickling
+    # it on an executor must not need squall, which is what it checks.
+    namespace: dict[str, Any] = {"__name__": "squall_executor_probe"}
+    exec(_PROBE_SOURCE, namespace)
+    return namespace["squall_executor_probe"]
+
+
+def check_executors(sc: SparkContext) -> None:
+    """One tiny job: every executor that answers imports squall at the driver's version, or ``SquallError``."""
+    if sc.applicationId in _CHECKED:
+        return
+    slots = max(1, sc.defaultParallelism)
+    answers = set(sc.parallelize(range(slots), slots).mapPartitions(_probe()).collect())
+    for kind, detail, python in sorted(answers):
+        if kind == "missing":
+            raise SquallError(
+                f"Spark's executors cannot import squall ({detail}; their Python is {python}). " + ENVIRONMENT_HELP
+            )
+        if detail != squall.__version__:
+            raise SquallError(
+                f"Spark's executors import squall {detail} ({python}) but the driver runs squall "
+                f"{squall.__version__}. " + ENVIRONMENT_HELP
+            )
+    _CHECKED.add(sc.applicationId)

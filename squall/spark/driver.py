@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 from pyspark import SparkContext
-from pyspark.cloudpickle import dumps as cloudpickle_dumps
 
 from squall.model import config as cfg
 from squall.model.components import DEFAULT_STREAM
+from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.reliability.anchoring import spout_edges
 from squall.reliability.ids import IdGenerator, new_id
@@ -35,8 +35,10 @@ from squall.reliability.rotating_map import RotatingMap
 from squall.spark.bolt_task import TaskPlan
 from squall.spark.clock import Clock
 from squall.spark.records import Out, Routes, check_emit, direct_target, tick_record
+from squall.spark.shipping import fatal_message, ship_topology
 from squall.spark.stats import RunStats
 from squall.spark.wave import checkpointed_state, initial_state, run_wave, state_of
+from squall.time import simulated_time
 
 log = logging.getLogger("squall")
 
@@ -123,9 +125,10 @@ class TopologyRun:
         self._immediate_acks: list[tuple[int, Any]] = []
         self._pending_per_task: dict[int, int] = defaultdict(int)
         self._spout_emits = 0
-        # Workers need the bolts only; spouts stay on the driver.
-        shipped = topology.with_objects(dict.fromkeys(topology.spouts))
-        self._broadcast = sc.broadcast(cloudpickle_dumps((shipped, self.conf)))
+        self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
+        self._failed_in_a_row = 0
+        self._warned_unpicklable: set[str] = set()
+        self._broadcast = ship_topology(sc, topology, self.conf, list(topology.bolts))  # spouts stay here
         self._state = {b: initial_state(sc, spec.parallelism) for b, spec in topology.bolts.items()}
         self._outputs: dict = {}  # each bolt's latest wave output, persisted: it holds the state
         self._since_checkpoint: dict[str, int] = defaultdict(int)
@@ -194,7 +197,7 @@ class TopologyRun:
         stats = self.stats.of(spout.component)
         if acked:
             stats.acked += 1
-            stats.latencies_ms.append((self.clock.now() - entry.emitted_at) * 1000.0)
+            stats.record_latency(self.clock.now() - entry.emitted_at)
             self._call(spout, "ack", entry.msg_id)
         else:
             stats.failed += 1
@@ -240,7 +243,14 @@ class TopologyRun:
 
     # -- one wave ------------------------------------------------------------
     def step(self) -> WaveInfo:
+        """One wave; raises ``TopologyFailed`` once a failure no retry can fix has stopped the topology."""
+        if self.failure is not None:
+            raise self.failure
         now = self.clock.now()
+        with simulated_time(now if self.clock.simulated else None):
+            return self._step(now)
+
+    def _step(self, now: float) -> WaveInfo:
         self._fire_timers(now)
         self._spout_emits = 0
         self._call_spouts()
@@ -253,6 +263,8 @@ class TopologyRun:
         delivered = sum(len(r) for per_task in records.values() for r in per_task.values())
         if delivered:
             self._run_bolts(records)
+            if self.failure is not None:
+                raise self.failure
         self.stats.pending = len(self.pending)
         if emits or self.stats.pending:
             self.last_activity = self.clock.now()
@@ -264,7 +276,8 @@ class TopologyRun:
 
     def _run_bolts(self, records: dict[str, dict[int, list[tuple]]]) -> None:
         self.wave += 1
-        plan = TaskPlan(self.run_id, self.wave, self._seed, self.acking, self.capture)
+        simulated_now = self.clock.now() if self.clock.simulated else None
+        plan = TaskPlan(self.run_id, self.wave, self._seed, self.acking, self.capture, simulated_now)
         inputs = self.sc.broadcast({bolt: dict(per_task) for bolt, per_task in records.items()})
         started = time.monotonic()
         try:
@@ -279,17 +292,25 @@ class TopologyRun:
                 self._state,
                 self.num_ackers,
             )
-        except Exception:
+        except Exception as exc:
             # The wave's state changes are discarded; its trees time out and replay.
             inputs.destroy()
-            self.stats.failed_waves += 1
-            log.exception("wave %d of topology %s failed; its tuples will time out and replay", self.wave, self.name)
+            self._wave_failed(exc)
             return
+        self._failed_in_a_row = 0
         self.stats.waves += 1
         log.debug("wave %d ran in %.3fs", self.wave, time.monotonic() - started)
         self._keep_state(result.outputs, inputs)
         for (component, _task), status in result.status.items():
             self.stats.of(component).add(status)
+            if status.unpicklable and component not in self._warned_unpicklable:
+                self._warned_unpicklable.add(component)
+                log.warning(
+                    "bolt %s: attributes %s cannot be pickled; they are left out of its task snapshots and"
+                    " made again by prepare() wherever a task is rebuilt",
+                    component,
+                    status.unpicklable,
+                )
             for text in status.errors:
                 log.error("bolt error in topology %s: %s", self.name, text)
         for (component, _task), values in sorted(result.captured.items()):
@@ -300,6 +321,20 @@ class TopologyRun:
                 if entry is not None:
                     self.pending.put(root, entry)
             self._dispatch(self.ledger.partitions[partition].merge(roots, xors, None, failed, reset))
+
+    def _wave_failed(self, exc: Exception) -> None:
+        """A wave whose job failed: replayed through timeouts, unless no retry can fix it."""
+        self.stats.failed_waves += 1
+        self._failed_in_a_row += 1
+        fatal = fatal_message(exc)
+        limit = self.conf[cfg.SQUALL_WAVE_MAX_FAILURES]
+        if fatal is None and self._failed_in_a_row < limit:
+            log.exception("wave %d of topology %s failed; its tuples will time out and replay", self.wave, self.name)
+            return
+        if fatal is None:
+            fatal = f"{limit} waves in a row failed; the last with {type(exc).__name__}: {str(exc)[:2000]}"
+        self.failure = TopologyFailed(f"topology {self.name!r} stopped: {fatal}")
+        log.error("%s", self.failure)
 
     def _keep_state(self, outputs: dict, inputs: Any) -> None:
         """Adopt the wave's outputs as the bolts' state; checkpoint those that are due."""

@@ -15,7 +15,6 @@ arrays in a single ``collect``.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -27,15 +26,7 @@ from squall.model.topology import Topology
 from squall.spark.bolt_task import TaskPlan, run_partition
 from squall.spark.collectors import TaskStatus
 from squall.spark.records import Out
-
-_RUNS: dict[str, tuple[Topology, dict]] = {}
-
-
-def _load_run(run_id: str, broadcast) -> tuple[Topology, dict]:
-    run = _RUNS.get(run_id)
-    if run is None:
-        run = _RUNS[run_id] = pickle.loads(broadcast.value)
-    return run
+from squall.spark.shipping import load_shipped
 
 
 def _task_index(key: int) -> int:
@@ -48,9 +39,9 @@ def _acker_partition(key) -> int:
 
 
 def _bolt_stage(run_id: str, topology_bc, inputs_bc, component: str, plan: TaskPlan, index: int, records):
-    topology, conf = _load_run(run_id, topology_bc)
+    shipped = load_shipped(run_id, topology_bc)
     driver_inputs = inputs_bc.value.get(component, {}).get(index, ())
-    return run_partition(topology, conf, component, plan, driver_inputs, index, records)
+    return run_partition(shipped, component, plan, driver_inputs, index, records)
 
 
 def _emits_for(bolt: str, records):

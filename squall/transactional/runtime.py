@@ -21,7 +21,6 @@ emits them again. A Python worker that dies is retried by Spark.
 
 from __future__ import annotations
 
-import copy
 import logging
 import pickle
 import queue
@@ -35,18 +34,25 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from pyspark import RDD, SparkContext, StorageLevel
-from pyspark.cloudpickle import dumps as cloudpickle_dumps
 
 from squall.model import config as cfg
 from squall.model.components import BasicBolt
-from squall.model.errors import FailedException
+from squall.model.errors import FailedException, TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.driver import WaveInfo
 from squall.spark.records import Out, to_tuple
+from squall.spark.shipping import (
+    TaskSetupError,
+    fatal_message,
+    load_shipped,
+    new_component,
+    pickle_component,
+    ship_topology,
+)
 from squall.spark.stats import RunStats
-from squall.spark.wave import _emits_for, _load_run, _task_index
+from squall.spark.wave import _emits_for, _task_index
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
@@ -64,9 +70,12 @@ class _UpstreamFailed(Exception):
 
 
 def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
-    topology, _conf = _load_run(run_id, topology_bc)
-    spout = pickle.loads(spout_blob)
+    topology = load_shipped(run_id, topology_bc).topology
     task_id = topology.task_ids(spout_id)[index]
+    try:
+        spout = pickle.loads(spout_blob)
+    except Exception as exc:
+        raise TaskSetupError(spout_id, task_id, "the emitter cannot be unpickled on a Spark worker", exc) from exc
     collector = OutputCollector(topology, spout_id, task_id, acking=False, capture=False)
     for partition, mode, meta in plan.get(index, ()):
         try:
@@ -88,13 +97,14 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
 
 
 def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
-    topology, conf = _load_run(run_id, topology_bc)
+    shipped = load_shipped(run_id, topology_bc)
+    topology = shipped.topology
     spec = topology.components[bolt]
     task_id = spec.tasks[index]
     collector = OutputCollector(topology, bolt, task_id, acking=False, capture=True)
-    obj = copy.deepcopy(spec.obj)
+    obj = new_component(shipped, bolt, task_id)
     context = TopologyContext(topology, bolt, task_id)
-    task_conf = {**conf, **spec.conf}
+    task_conf = {**shipped.conf, **spec.conf}
     failure = None
     try:
         basic = isinstance(obj, BasicBolt)
@@ -102,11 +112,14 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
         broken = [payload[2] for _, payload in records if payload[2][0] == _UPSTREAM_FAILED]
         if broken:  # an upstream task failed: this task's input is partial, so it must not finish
             raise _UpstreamFailed(broken[0][1])
-        if basic:
-            obj.prepare(task_conf, context)
-            basic_collector = BasicOutputCollector(collector)
-        else:
-            obj.prepare(task_conf, context, collector, attempt)
+        try:
+            if basic:
+                obj.prepare(task_conf, context)
+                basic_collector = BasicOutputCollector(collector)
+            else:
+                obj.prepare(task_conf, context, collector, attempt)
+        except Exception as exc:
+            raise TaskSetupError(bolt, task_id, "prepare() raised", exc) from exc
         for _, payload in records:
             tup = to_tuple(topology, payload[2])  # records were checked for failure markers above
             collector.status.executed += 1
@@ -117,6 +130,8 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
                 obj.execute(tup)
         if not basic:
             obj.finish_batch()
+    except TaskSetupError:
+        raise  # Spark retries the task; if every attempt fails, the topology stops
     except _UpstreamFailed as exc:
         failure = f"{bolt} task {task_id}: not finished, as upstream {exc} failed"
     except FailedException as exc:
@@ -196,8 +211,8 @@ class TransactionalRun:
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"
-        shipped = self.topology.with_objects(dict.fromkeys(self.topology.spouts))
-        self._topology_bc = sc.broadcast(cloudpickle_dumps((shipped, self.conf)))
+        self._topology_bc = ship_topology(sc, self.topology, self.conf, list(self.topology.bolts))
+        self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         self._pool = ThreadPoolExecutor(max_pending, thread_name_prefix=f"squall-{name}")
         self._events: queue.Queue = queue.Queue()
         self._batches: dict[TransactionAttempt, Batch] = {}
@@ -211,13 +226,20 @@ class TransactionalRun:
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> WaveInfo:
+        """Move transactions along; raises ``TopologyFailed`` once a failure no retry can fix stopped them."""
+        if self.failure is not None:
+            raise self.failure
         moved = self._drain_events()
         for instruction in self.coordinator.poll(ready=self.ttopo.spout.is_ready()):
             if isinstance(instruction, Commit):
                 self._commit(instruction.attempt)
+                if self.failure is not None:
+                    raise self.failure
                 moved += 1
                 continue
             batch = self._emit(instruction.attempt)
+            if self.failure is not None:
+                raise self.failure
             if batch is None:
                 self._fail(instruction.attempt)
                 continue
@@ -272,7 +294,7 @@ class TransactionalRun:
         by_task: dict[int, list] = defaultdict(list)
         for entry in plan:
             by_task[entry[0] % emitters].append(entry)
-        spout_blob = cloudpickle_dumps(self.ttopo.spout)  # shipped per batch: its data may grow
+        spout_blob = pickle_component(self.ttopo.spout_id, self.ttopo.spout)  # per batch: its data may grow
         job = partial(
             _emit_task, self.run_id, self._topology_bc, spout_blob, self.ttopo.spout_id, attempt, dict(by_task)
         )
@@ -280,8 +302,8 @@ class TransactionalRun:
         emitted = emitted.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             rows = emitted.mapPartitions(_not_emits).collect()
-        except Exception:
-            log.exception("%s: emitting batch %r failed", self.name, attempt)
+        except Exception as exc:
+            self._job_failed(exc, f"emitting batch {attempt!r}")
             emitted.unpersist()
             return None
         failures = [row[1] for row in rows if row[0] == "F"]
@@ -341,8 +363,8 @@ class TransactionalRun:
                 log.warning("%s: batch %r failed in processing: %s", self.name, batch.attempt, text)
         except Cancelled:
             ok = False
-        except Exception:
-            log.exception("%s: processing batch %r failed", self.name, batch.attempt)
+        except Exception as exc:
+            self._job_failed(exc, f"processing batch {batch.attempt!r}")
             ok = False
         if batch.cancelled:
             batch.release()  # what the job persisted after the batch was failed
@@ -352,8 +374,10 @@ class TransactionalRun:
         batch = self._batches.get(attempt)
         try:
             result = self._run_bolts(batch, self.ttopo.commit_phase_bolts)
-        except Exception:
-            log.exception("%s: committing batch %r failed", self.name, attempt)
+        except Exception as exc:
+            self._job_failed(exc, f"committing batch {attempt!r}")
+            if self.failure is not None:
+                return
             result = PhaseResult(["commit job failed"], {})
         for text in result.failures:
             log.warning("%s: batch %r failed in commit: %s", self.name, attempt, text)
@@ -371,6 +395,16 @@ class TransactionalRun:
             self._last_empty_commit = max(self._last_empty_commit, batch.seq)
         for callback in self.on_commit:
             callback(attempt, batch.tuples, result.captured)
+
+    def _job_failed(self, exc: Exception, what: str) -> None:
+        """A Spark job of a batch failed: the batch is retried, unless no retry can fix the failure."""
+        fatal = fatal_message(exc)
+        if fatal is None:
+            log.exception("%s: %s failed", self.name, what)
+            return
+        if self.failure is None:
+            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {fatal}")
+            log.error("%s", self.failure)
 
     def wait_settled(self, timeout: float = 300.0) -> None:
         """Run until everything emitted so far has committed (tests and ``squall run``)."""

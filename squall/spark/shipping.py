@@ -1,0 +1,133 @@
+"""How a topology's code reaches Spark's workers.
+
+Spark's Python workers unpickle classes and functions by importing their
+module by name. A bolt defined in a test module, a script run with ``python``,
+a ``squall run`` file, a notebook or a package in the working directory is not
+importable there, so squall has cloudpickle carry every such module *by
+value*: what is installed (the standard library, site-packages, squall and
+PySpark) travels by name, everything else travels with the topology.
+
+Each component is pickled on its own, so a component that cannot be rebuilt on
+a worker is named in the error (``TaskSetupError``) and stops the topology.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import site
+import sys
+import sysconfig
+import traceback
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from pyspark import SparkContext, cloudpickle
+
+from squall.model.errors import SquallError
+from squall.model.topology import Topology
+
+# Packages the executors' environment must provide (docs/cluster.md): never shipped by value.
+ENVIRONMENT_PACKAGES = frozenset({"squall", "pyspark", "py4j", "cloudpickle"})
+
+FATAL_MARK = "[squall:fatal]"
+
+
+class TaskSetupError(SquallError):
+    """A task that cannot be set up on a worker: its component does not unpickle, or ``prepare()`` raises.
+
+    Spark retries the task; when every attempt fails, the driver stops the topology
+    with this message (it carries ``FATAL_MARK`` through Spark's job failure).
+    """
+
+    def __init__(self, component: str, task: int, what: str, cause: BaseException) -> None:
+        cause_text = "".join(traceback.format_exception_only(cause)).strip()
+        super().__init__(f"{FATAL_MARK} component {component!r} task {task}: {what}: {cause_text}")
+
+
+@cache
+def _installed_roots() -> tuple[str, ...]:
+    paths = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths.update(site.getsitepackages())
+    paths.add(site.getusersitepackages())
+    return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
+
+
+def is_user_module(module: ModuleType) -> bool:
+    """True for a module that workers may not be able to import by name."""
+    name = getattr(module, "__name__", None)
+    if not isinstance(name, str) or name == "__main__" or name.partition(".")[0] in ENVIRONMENT_PACKAGES:
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return False  # built in, frozen, or a namespace package
+    return not os.path.realpath(path).startswith(_installed_roots())
+
+
+def ship_user_modules() -> list[str]:
+    """Register every user module loaded so far to be pickled by value; the names newly registered."""
+    registered = []
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, ModuleType) or module.__name__ != name or not is_user_module(module):
+            continue
+        if not cloudpickle.cloudpickle._is_registered_pickle_by_value(module):
+            cloudpickle.register_pickle_by_value(module)
+            registered.append(name)
+    return registered
+
+
+@dataclass(frozen=True)
+class ShippedTopology:
+    """What every worker task of a run receives: the graph, the config and each component's pickle."""
+
+    topology: Topology  # component objects stripped; they travel in ``components``
+    conf: dict[str, Any]
+    components: dict[str, bytes]
+
+
+def pickle_component(component: str, obj: Any) -> bytes:
+    try:
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise SquallError(
+            f"component {component!r} ({type(obj).__name__}) cannot be serialized to ship it to Spark's workers: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def ship_topology(sc: SparkContext, topology: Topology, conf: dict, components: list[str]) -> Any:
+    """Broadcast ``topology`` with the objects of ``components`` (spouts stay on the driver)."""
+    ship_user_modules()
+    blobs = {cid: pickle_component(cid, topology.components[cid].obj) for cid in components}
+    stripped = topology.with_objects(dict.fromkeys(topology.components))
+    return sc.broadcast(cloudpickle.dumps(ShippedTopology(stripped, conf, blobs), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+_RUNS: dict[str, ShippedTopology] = {}  # per Python worker: run id -> what was shipped
+
+
+def load_shipped(run_id: str, broadcast: Any) -> ShippedTopology:
+    """The run's shipped topology, read once per Python worker."""
+    shipped = _RUNS.get(run_id)
+    if shipped is None:
+        shipped = _RUNS[run_id] = pickle.loads(broadcast.value)
+    return shipped
+
+
+def new_component(shipped: ShippedTopology, component: str, task: int) -> Any:
+    """A fresh instance of ``component`` for ``task``, or ``TaskSetupError`` naming it."""
+    try:
+        return pickle.loads(shipped.components[component])
+    except Exception as exc:
+        raise TaskSetupError(component, task, "cannot be unpickled on a Spark worker", exc) from exc
+
+
+def fatal_message(error: BaseException) -> str | None:
+    """The ``TaskSetupError`` message inside a failed Spark job's error, if that is what failed it."""
+    text = str(error)
+    at = text.rfind(FATAL_MARK)
+    if at < 0:
+        return None
+    return text[at + len(FATAL_MARK) :].strip().splitlines()[0]
