@@ -217,3 +217,93 @@ class RabbitMQServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+
+class SparkStandaloneCluster:
+    """A Spark standalone master and workers of 1 core each, from the pyspark package's own ``bin/spark-class``.
+
+    Each worker runs in a process group of its own, with its executor and Python workers, so
+    ``kill_worker`` SIGKILLs a worker together with everything it runs.
+    """
+
+    def __init__(self, directory: Path, workers: int = 2, worker_memory: str = "1g") -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.directory, self.worker_memory = directory, worker_memory
+        self.port, self.ui_port = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.env.pop("SPARK_CONF_DIR", None)
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.master = self._spawn(
+            "master",
+            [*master, "--webui-port", str(self.ui_port)],
+        )
+        wait_for_port(self.port, self.master, "Spark master", timeout=60)
+        self.workers: list[subprocess.Popen] = []
+        self.work_dirs: list[Path] = []
+        for _ in range(workers):
+            self.add_worker()
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - the process writes it until it stops
+        return subprocess.Popen(
+            [str(self.home / "bin" / "spark-class"), *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def add_worker(self) -> int:
+        """Start one more worker (1 core); its index. Returns once the master counts it alive."""
+        index = len(self.workers)
+        work_dir = self.directory / f"worker-{index}"
+        work_dir.mkdir()
+        args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores", "1"]
+        args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", str(free_port())]
+        self.workers.append(self._spawn(f"worker-{index}", args))
+        self.work_dirs.append(work_dir)
+        self.wait_alive(self.alive() + 1)
+        return index
+
+    def state(self) -> dict:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
+            return json.load(response)
+
+    def alive(self) -> int:
+        try:
+            return sum(w["state"] == "ALIVE" for w in self.state()["workers"])
+        except OSError:
+            return 0
+
+    def wait_alive(self, count: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive() < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Spark master has {self.alive()} alive workers, not {count}")
+            time.sleep(0.2)
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL worker ``index`` with its executor and Python workers."""
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+        self.workers[index].wait()
+
+    def tasks_run_by(self, index: int) -> int:
+        """Tasks the executors of worker ``index`` started, from their own logs."""
+        return sum(p.read_text(errors="replace").count("Running task") for p in self.work_dirs[index].rglob("stderr"))
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.master]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in [*self.workers, self.master]:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
