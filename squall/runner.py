@@ -158,6 +158,8 @@ def run_file(
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
     with LocalCluster(squall_conf) as cluster:
         console.print(f"[bold]squall[/bold] running {name!r} on Spark {cluster.sc.version} ({cluster.sc.master})")
+        if cluster.conf[cfg.SQUALL_SPARK_UI] and cluster.sc.uiWebUrl:
+            console.print(f"Spark UI at {cluster.sc.uiWebUrl}")
         run = cluster.submit_topology(name, conf, topology)
         if hasattr(module, "on_commit") and hasattr(run, "on_commit"):
             run.on_commit.append(lambda attempt, tuples, captured: module.on_commit(attempt, tuples, captured, console))

@@ -91,6 +91,7 @@ def test_word_count_on_a_standalone_cluster_survives_a_worker_kill_and_uses_a_ne
             os.killpg(driver.pid, signal.SIGKILL)
     output = log.read_text()
     assert driver.returncode == 0, output[-5000:]
+    assert "is not local: a cluster needs shared storage" in output  # the default checkpoint dir is local
 
     left = _queue_counts(data / "sentences.sqlite")
     assert left == {"ready": 0, "pending": 0, "dead": 0}  # every sentence acked

@@ -76,11 +76,11 @@ def spark_context(
         return active, False
     # Workers run the driver's interpreter (its virtualenv), so they import the same squall and libraries.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if is_local_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's servers, its UI too, on loopback only
     sc = SparkContext(conf=spark_conf(master, app_name, settings, ui))
     sc.setLogLevel("ERROR")
     log.info("started Spark %s on %s", sc.version, sc.master)
-    if ui and sc.uiWebUrl:
-        log.warning("Spark UI at %s", sc.uiWebUrl)
     return sc, True
 
 

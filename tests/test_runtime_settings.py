@@ -1,0 +1,270 @@
+"""Settings that reach Spark, checkpoints where the user says, the executor check, bounded statistics, and
+Storm's topology context."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+from servers import free_port
+
+from squall import BasicBolt, Fields, Spout, TopologyBuilder
+from squall.model.errors import SquallError
+from squall.model.groupings import FieldsGrouping, ShuffleGrouping
+from squall.model.topology import GlobalStreamId, TopologyContext
+from squall.runner import parse_spark_pairs
+from squall.spark.cluster import is_local_path
+from squall.spark.context import spark_conf
+from squall.testing import FeederSpout, TestCluster
+
+
+def squall_run(tmp_path: Path, source: str, *args: str, env: dict | None = None, timeout: float = 300):
+    """``squall run`` on a topology file written from ``source``, from ``tmp_path``; (exit code, stdout, stderr)."""
+    path = tmp_path / "topology.py"
+    path.write_text(textwrap.dedent(source))
+    result = subprocess.run(
+        [sys.executable, "-m", "squall.cli", "run", str(path), *args],
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+IDLE_TOPOLOGY = """
+    from squall import BasicBolt, Spout, TopologyBuilder
+
+    class Quiet(Spout):
+        outputs = ("n",)
+
+    class Sink(BasicBolt):
+        def execute(self, tup, collector):
+            pass
+
+    def build_topology(conf):
+        b = TopologyBuilder()
+        b.set_spout("quiet", Quiet())
+        b.set_bolt("sink", Sink()).shuffle_grouping("quiet")
+        return b.build()
+"""
+
+
+# -- Spark settings ---------------------------------------------------------------------------
+def test_local_mode_binds_to_loopback_and_a_cluster_master_leaves_it_to_spark():
+    local = dict(spark_conf("local[2]", "app").getAll())
+    assert local["spark.driver.host"] == "127.0.0.1" and local["spark.driver.bindAddress"] == "127.0.0.1"
+    assert local["spark.master"] == "local[2,4]" and local["spark.ui.enabled"] == "false"
+    remote = dict(spark_conf("spark://10.1.2.3:7077", "app").getAll())
+    assert "spark.driver.host" not in remote and "spark.driver.bindAddress" not in remote
+    assert remote["spark.master"] == "spark://10.1.2.3:7077"
+
+
+def test_user_spark_settings_override_squalls_defaults():
+    conf = dict(
+        spark_conf("local[2]", "app", {"spark.driver.host": "10.0.0.5", "spark.executor.cores": 2}, True).getAll()
+    )
+    assert conf["spark.driver.host"] == "10.0.0.5" and conf["spark.executor.cores"] == "2"
+    assert conf["spark.ui.enabled"] == "true"
+
+
+def test_spark_conf_pairs_are_parsed_as_spark_submit_does():
+    assert parse_spark_pairs(["spark.a=1", "spark.b=x=y"]) == {"spark.a": "1", "spark.b": "x=y"}
+    with pytest.raises(SquallError, match=re.escape("--spark-conf expects key=value, got 'spark.a'")):
+        parse_spark_pairs(["spark.a"])
+
+
+def test_bad_spark_settings_are_refused_naming_the_key():
+    from squall.model.config import check_config
+
+    with pytest.raises(SquallError, match=re.escape("'squall.spark.conf' must be a dict of Spark config keys")):
+        check_config({"squall.spark.conf": {"spark.executor.cores": [2]}})
+    with pytest.raises(SquallError, match=re.escape("'squall.spark.ui' must be a bool")):
+        check_config({"squall.spark.ui": "yes"})
+
+
+def test_squall_run_passes_spark_conf_through_and_serves_sparks_ui_on_request(tmp_path):
+    port = free_port()
+    path = tmp_path / "topology.py"
+    path.write_text(textwrap.dedent(IDLE_TOPOLOGY))
+    args = [sys.executable, "-m", "squall.cli", "run", str(path), "--duration", "60", "--idle-secs", "0"]
+    args += ["--conf", "squall.spark.ui=true", "--spark-conf", f"spark.ui.port={port}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    driver = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        announced = next((line for line in driver.stdout if line.startswith("Spark UI at ")), "")
+        assert announced.strip() == f"Spark UI at http://127.0.0.1:{port}"  # the setting reached the SparkConf
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/jobs/", timeout=10) as response:
+            assert "Spark Jobs" in response.read().decode()
+    finally:
+        driver.send_signal(signal.SIGINT)  # Ctrl-C: squall run stops cleanly
+        driver.communicate(timeout=60)
+    assert driver.returncode == 0
+
+
+# -- failures no retry can fix, as squall run shows them -----------------------------------
+def test_squall_run_stops_loudly_on_a_prepare_that_always_raises(tmp_path):
+    source = """
+        from squall import BasicBolt, Spout, TopologyBuilder
+
+        class Once(Spout):
+            outputs = ("n",)
+
+            def open(self, conf, context, collector):
+                self.collector, self.sent = collector, False
+
+            def next_tuple(self):
+                if not self.sent:
+                    self.sent = True
+                    self.collector.emit([1], msg_id=1)
+
+        class NeedsDatabase(BasicBolt):
+            def prepare(self, conf, context):
+                raise ConnectionRefusedError("database refused the connection")
+
+            def execute(self, tup, collector):
+                pass
+
+        def build_topology(conf):
+            b = TopologyBuilder()
+            b.set_spout("once", Once())
+            b.set_bolt("needs-db", NeedsDatabase()).shuffle_grouping("once")
+            return b.build()
+    """
+    code, _, err = squall_run(tmp_path, source, "--idle-secs", "0", "--duration", "120")
+    assert code == 1
+    assert "topology 'topology' stopped: component 'needs-db' task 1: prepare() raised: ConnectionRefusedError" in err
+
+
+# -- the executor check -------------------------------------------------------------------------
+def test_executors_with_another_squall_are_refused_with_what_to_do(tmp_path):
+    other = tmp_path / "elsewhere" / "squall"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text('__version__ = "0.0.0-elsewhere"\n')
+    python = tmp_path / "executor-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{other.parent}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    code, _, err = squall_run(tmp_path, IDLE_TOPOLOGY, "--idle-secs", "1", env={"PYSPARK_PYTHON": str(python)})
+    assert code == 1
+    import squall
+
+    assert (
+        f"executors import squall 0.0.0-elsewhere ({sys.executable}) but the driver runs squall {squall.__version__}"
+        in err
+    )
+    assert "spark.archives" in err and "spark.pyspark.python" in err
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+class Count(BasicBolt):
+    outputs = ("word", "n")
+
+    def prepare(self, conf, context):
+        self.n = 0
+
+    def execute(self, tup, collector):
+        self.n += 1
+        collector.emit([tup[0], self.n])
+
+
+def _count_topology(feeder):
+    b = TopologyBuilder()
+    b.set_spout("words", feeder)
+    b.set_bolt("count", Count(), 2).shuffle_grouping("words")
+    return b.build()
+
+
+def test_checkpoints_go_to_the_url_the_user_gives(spark, tmp_path):
+    where = tmp_path / "checkpoints"
+    conf = {"squall.checkpoint.dir": where.as_uri(), "squall.state.checkpoint.interval": 1}
+    with TestCluster(conf) as cluster:
+        feeder = FeederSpout(["word"])
+        cluster.submit_topology("ck", {}, _count_topology(feeder))
+        for word in "abcd":
+            feeder.feed([word])
+        cluster.wait_idle()
+        assert feeder.acked and not feeder.failed
+        written = [p for p in where.rglob("part-*")]
+        assert written  # the state's checkpoint files, under the given URL
+    assert where.exists()  # the user's directory is the user's: kept
+
+
+def test_local_mode_checkpoints_default_to_a_directory_the_cluster_removes(spark):
+    with TestCluster() as cluster:
+        owned = Path(cluster.sc.getCheckpointDir().removeprefix("file:")).parent
+        assert owned.is_dir() and owned.name.startswith("squall-checkpoints-")
+    assert not owned.exists()
+
+
+def test_local_paths_and_urls_are_told_apart():
+    assert is_local_path("/data/ck") and is_local_path("file:///data/ck") and is_local_path("ck")
+    assert not is_local_path("hdfs://nn:8020/ck") and not is_local_path("s3a://bucket/ck")
+
+
+# -- bounded statistics -------------------------------------------------------------------------
+class Numbers(Spout):
+    outputs = ("n",)
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        if self.next < self.total:
+            self.collector.emit([self.next], msg_id=self.next)
+            self.next += 1
+
+
+class Drop(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
+def test_latency_statistics_stay_the_same_size_through_a_million_acked_tuples(cluster):
+    b = TopologyBuilder()
+    b.set_spout("numbers", Numbers(1_000_000))
+    b.set_bolt("drop", Drop(), 2).shuffle_grouping("numbers")
+    run = cluster.submit_topology("million", {"squall.wave.spout.batch": 100_000}, b.build())
+    run.step()
+    stats = run.stats.of("numbers")
+    early_count, early_bytes = stats.latency_count, stats.latency_bytes()
+    cluster.wait_idle()
+    assert early_count == 100_000 and stats.acked == stats.latency_count == 1_000_000
+    assert stats.latency_bytes() == early_bytes  # ten times the tuples, the same bytes
+    assert stats.latency_percentile(50) is not None
+    print(f"\nlatency statistics: {early_bytes} bytes at {early_count} acks, {stats.latency_bytes()} at 1,000,000")
+
+
+# -- Storm's topology context --------------------------------------------------------------------
+def test_topology_context_answers_storms_questions():
+    b = TopologyBuilder()
+    b.set_spout("gender", FeederSpout(["id", "gender"]))
+    b.set_spout("age", FeederSpout(["id", "age"]))
+    b.set_bolt("join", Count(), 3).fields_grouping("gender", Fields("id")).shuffle_grouping("age")
+    b.set_bolt("after", Count()).shuffle_grouping("join")
+    topology = b.build()
+    join_tasks = topology.task_ids("join")
+    context = TopologyContext(topology, "join", join_tasks[2])
+    assert context.get_this_task_index() == 2
+    sources = context.get_this_sources()
+    assert set(sources) == {GlobalStreamId("gender", "default"), GlobalStreamId("age", "default")}
+    assert isinstance(sources[GlobalStreamId("gender", "default")], FieldsGrouping)
+    assert isinstance(sources[GlobalStreamId("age", "default")], ShuffleGrouping)
+    targets = context.get_this_targets()
+    assert set(targets) == {"default"} and set(targets["default"]) == {"after"}
+    assert list(context.get_component_output_fields("gender", "default")) == ["id", "gender"]
+    assert list(context.get_component_output_fields("age")) == ["id", "age"]
+    with pytest.raises(KeyError, match="component 'age' declares no stream 'other'"):
+        context.get_component_output_fields("age", "other")
+    with pytest.raises(KeyError, match="no component 'nope'"):
+        context.get_component_output_fields("nope", "default")
