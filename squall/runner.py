@@ -152,8 +152,8 @@ def run_file(
         conf[cfg.SQUALL_SPARK_MASTER] = master
     if spark_pairs:
         conf[cfg.SQUALL_SPARK_CONF] = {**conf.get(cfg.SQUALL_SPARK_CONF, {}), **parse_spark_pairs(spark_pairs)}
-    conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)
     topology = topology_of(module, conf)
+    conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)  # after build_topology, which may choose one
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
     with LocalCluster(squall_conf) as cluster:

@@ -216,7 +216,7 @@ def test_transactional_word_count_on_a_standalone_cluster_is_exact_through_a_wor
     exact = Counter(row[0] for rows in word_data().values() for row in rows)
     assert counts == dict(exact)  # exactly once, through the kill
     print(
-        f"\nstandalone exactly-once: words={total} batches={total // (PARTITIONS * TAKE_PER_BATCH)}"
+        f"\nstandalone exactly-once: words={total} batches={-(-WORDS_PER_PARTITION // TAKE_PER_BATCH)}"
         f" committed_words_at_kill={killed_at_words} counts_exact=True total={time.monotonic() - started:.0f}s"
     )
 

@@ -13,7 +13,13 @@ import pytest
 import squall.time
 from squall import BasicBolt, Bolt, Fields, TopologyBuilder, TopologyFailed
 from squall.testing import FeederSpout
-from squall.transactional import BatchBolt, Committer, MemoryTransactionalSpout, TransactionalTopologyBuilder
+from squall.transactional import (
+    BatchBolt,
+    Committer,
+    MemoryTransactionalSpout,
+    PartitionedTransactionalSpout,
+    TransactionalTopologyBuilder,
+)
 
 
 class Shout(BasicBolt):
@@ -366,3 +372,99 @@ class SumCommitter(BatchBolt, Committer):
     def finish_batch(self):
         if self.total:
             self.collector.emit([self.total])
+
+
+class Countdown(PartitionedTransactionalSpout):
+    """A partitioned transactional spout written in the test module: each partition emits ``per_partition``
+    numbers, ``take`` per batch."""
+
+    def __init__(self, partitions: int, per_partition: int, take: int) -> None:
+        self.partitions, self.per_partition, self.take = partitions, per_partition, take
+        self.fields = Fields("tx", "n")
+
+    def num_partitions(self) -> int:
+        return self.partitions
+
+    def emit_partition_batch_new(self, tx, collector, partition, last_meta):
+        start = last_meta["end"] if last_meta else 0
+        meta = {"start": start, "end": min(start + self.take, self.per_partition)}
+        self.emit_partition_batch(tx, collector, partition, meta)
+        return meta
+
+    def emit_partition_batch(self, tx, collector, partition, meta):
+        for n in range(meta["start"], meta["end"]):
+            collector.emit([tx, partition * 1000 + n])
+
+
+def test_a_transactional_spout_defined_in_a_test_module_emits_on_workers(cluster):
+    builder = TransactionalTopologyBuilder("countdown", "spout", Countdown(3, 20, 6), 2)
+    builder.set_bolt("count", CountBatch(), 2).shuffle_grouping("spout")
+    builder.set_bolt("sum", SumCommitter()).global_grouping("count")
+    run = cluster.submit_topology("countdown", {}, builder.build())
+    cluster.wait_idle()
+    assert sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", [])) == 60
+    assert [attempt.txid for attempt, _, _ in run.commits][:4] == [1, 2, 3, 4]
+
+
+def test_complete_topology_raises_a_failure_no_retry_can_fix(spark):
+    from squall.testing import complete_topology
+
+    b = TopologyBuilder()
+    b.set_spout("words", FeederSpout(["word"]))
+    b.set_bolt("broken", NoDatabase()).shuffle_grouping("words")
+    with pytest.raises(TopologyFailed, match="component 'broken' task 1: prepare"):
+        complete_topology(b.build(), {"words": [["a"], ["b"]]})
+
+
+SCRIPT = """
+import sys
+from helpers import tag
+from mypkg.bolts import Upper
+
+from squall import BasicBolt, TopologyBuilder
+from squall.testing import FeederSpout, TestCluster
+
+
+class Tag(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector):
+        collector.emit([tag(tup[0])])
+
+
+if __name__ == "__main__":
+    feeder = FeederSpout(["word"])
+    b = TopologyBuilder()
+    b.set_spout("words", feeder)
+    b.set_bolt("upper", Upper(), 2).shuffle_grouping("words")
+    b.set_bolt("tag", Tag(), 2).shuffle_grouping("upper")
+    with TestCluster({"squall.spark.master": "local[2]"}) as cluster:
+        run = cluster.submit_for_capture("script", {}, b.build())
+        ids = {feeder.feed([w]) for w in ["storm", "spark"]}
+        cluster.wait_idle()
+        print(sorted(run.captured["tag"]), feeder.acked == ids)
+"""
+
+
+def test_a_script_with_a_helper_module_and_a_package_beside_it_runs_with_python(tmp_path):
+    """``python script.py``: ``__main__``, ``helpers.py`` and ``mypkg/`` are importable on the driver only."""
+    import subprocess
+    import sys
+
+    code = tmp_path / "code"
+    (code / "mypkg").mkdir(parents=True)
+    (code / "mypkg" / "__init__.py").write_text("")
+    (code / "mypkg" / "bolts.py").write_text(
+        "from squall import BasicBolt\n\n\nclass Upper(BasicBolt):\n    outputs = ('word',)\n\n"
+        "    def execute(self, tup, collector):\n        collector.emit([tup[0].upper()])\n"
+    )
+    (code / "helpers.py").write_text("def tag(word):\n    return f'<{word}>'\n")
+    (code / "script.py").write_text(SCRIPT)
+    elsewhere = tmp_path / "cwd"  # the workers' working directory: neither module is importable from there
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, str(code / "script.py")], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[('<SPARK>',), ('<STORM>',)] True"

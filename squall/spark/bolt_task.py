@@ -5,10 +5,13 @@ task input, they are pickled into a ``Snapshot`` that becomes the task's
 partition of the bolt's state RDD, cached by Spark and checkpointed
 periodically, so it survives a Python worker or executor dying.
 
-A task instance is (re)built wherever it runs: a fresh copy of the declared
-bolt, ``prepare()`` (where connections are made), then the snapshot's
-attributes laid over it. Attributes that cannot be pickled (connections,
-locks) are left out of snapshots and come from ``prepare()``.
+A task instance is (re)built wherever it runs: the shipped bolt unpickled,
+``prepare()`` (where connections are made), then the snapshot's attributes
+laid over it. References to the bolt itself, its collector and its context are
+re-bound to the new instance's; only attributes that truly cannot be pickled
+(sockets, connections, locks) are left out and come from ``prepare()``.
+A bolt that cannot be unpickled or whose ``prepare()`` raises fails the task
+with ``TaskSetupError``, for Spark to retry and the driver to stop on.
 
 A Python worker keeps the live instance after a wave; when the next wave of the
 same task lands on the same worker with the snapshot it produced, the instance

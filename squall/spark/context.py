@@ -55,7 +55,7 @@ def spark_conf(master: str, app_name: str, settings: Mapping[str, Any] | None = 
     if is_local_master(master):
         defaults["spark.driver.host"] = "127.0.0.1"
         defaults["spark.driver.bindAddress"] = "127.0.0.1"
-    conf = SparkConf().setMaster(effective_master(master)).setAppName(app_name)
+    conf = SparkConf(loadDefaults=False).setMaster(effective_master(master)).setAppName(app_name)
     for key, value in {**defaults, **(settings or {})}.items():
         conf.set(key, str(value).lower() if isinstance(value, bool) else str(value))
     return conf
