@@ -30,13 +30,21 @@ from squall.spark.driver import TopologyRun
 from squall.spark.stats import RunStats
 
 
+def split_pairs(pairs: list[str], option: str) -> list[tuple[str, str]]:
+    """``key=value`` strings as ``(key, value)``; an error naming ``option`` for one without ``=``."""
+    split = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SquallError(f"{option} expects key=value, got {pair!r}")
+        split.append((key, value))
+    return split
+
+
 def parse_conf_pairs(pairs: list[str]) -> dict[str, Any]:
     """``key=value`` pairs; values are read as JSON where they parse (numbers, true, null), else strings."""
     conf = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise SquallError(f"--conf expects key=value, got {pair!r}")
+    for key, raw in split_pairs(pairs, "--conf"):
         try:
             conf[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -62,13 +70,7 @@ def load_module(path: str | Path) -> ModuleType:
 
 def parse_spark_pairs(pairs: list[str]) -> dict[str, str]:
     """``--spark-conf key=value`` pairs, kept as strings, as ``spark-submit --conf`` does."""
-    settings = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SquallError(f"--spark-conf expects key=value, got {pair!r}")
-        settings[key] = value
-    return settings
+    return dict(split_pairs(pairs, "--spark-conf"))
 
 
 def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
