@@ -155,7 +155,9 @@ def run_file(
     if spark_pairs:
         conf[cfg.SQUALL_SPARK_CONF] = {**conf.get(cfg.SQUALL_SPARK_CONF, {}), **parse_spark_pairs(spark_pairs)}
     topology = topology_of(module, conf)
-    conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)  # after build_topology, which may choose one
+    declared = getattr(topology, "topology", topology).conf  # a transactional topology wraps its graph
+    if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:  # after build_topology, which may choose one
+        conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
     with LocalCluster(squall_conf) as cluster:

@@ -3,6 +3,7 @@
 Nothing puts this module on the workers' path: squall ships it.
 """
 
+import dataclasses
 import logging
 import os
 import threading
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import squall.time
-from squall import BasicBolt, Bolt, Fields, TopologyBuilder, TopologyFailed
+from squall import BasicBolt, Bolt, Fields, SquallError, TopologyBuilder, TopologyFailed
 from squall.testing import FeederSpout
 from squall.transactional import (
     BatchBolt,
@@ -468,3 +469,52 @@ def test_a_script_with_a_helper_module_and_a_package_beside_it_runs_with_python(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[('<SPARK>',), ('<STORM>',)] True"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+class Norm(BasicBolt):
+    outputs = ("norm",)
+
+    def execute(self, tup, collector):
+        point = tup["point"]
+        collector.emit([abs(point.x) + abs(point.y)])
+
+
+def test_values_of_classes_defined_in_a_test_module_travel_from_spouts_to_bolts(cluster):
+    feeder = FeederSpout(["point"])
+    b = TopologyBuilder()
+    b.set_spout("points", feeder)
+    b.set_bolt("norm", Norm(), 2).shuffle_grouping("points")
+    run = cluster.submit_for_capture("points", {}, b.build())
+    ids = {feeder.feed([Point(3, -4)]), feeder.feed([Point(1, 1)])}
+    cluster.wait_idle()
+    assert feeder.acked == ids and sorted(run.captured["norm"]) == [(2,), (7,)]
+
+
+class Unshippable(Countdown):
+    def __init__(self) -> None:
+        super().__init__(1, 3, 3)
+        self.lock = threading.Lock()
+
+
+def test_a_transactional_spout_that_cannot_be_shipped_is_refused_at_submit(cluster):
+    builder = TransactionalTopologyBuilder("unshippable", "spout", Unshippable())
+    builder.set_bolt("count", CountBatch()).shuffle_grouping("spout")
+    with pytest.raises(SquallError, match="component 'spout' \\(Unshippable\\) cannot be serialized"):
+        cluster.submit_topology("unshippable", {}, builder.build())
+
+
+def test_a_store_named_in_the_topologys_own_config_is_used(cluster, tmp_path):
+    store = tmp_path / "own-store.sqlite"
+    builder = TransactionalTopologyBuilder("own-store", "spout", Countdown(1, 4, 2))
+    builder.set_bolt("count", CountBatch()).shuffle_grouping("spout")
+    builder.set_bolt("sum", SumCommitter()).global_grouping("count")
+    run = cluster.submit_topology("own-store", {}, builder.build({"squall.transactional.store": str(store)}))
+    cluster.wait_idle()
+    assert sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", [])) == 4
+    assert store.exists()

@@ -36,7 +36,7 @@ from squall.model.topology import TopologyContext
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector, TaskStatus
 from squall.spark.records import Out, to_tuple
-from squall.spark.shipping import ShippedTopology, TaskSetupError, new_component
+from squall.spark.shipping import ShippedTopology, TaskSetupError, new_component, shipped_runs
 from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.task")
@@ -169,6 +169,12 @@ class BoltTask:
 _LIVE: dict[tuple[str, int], tuple[int | None, BoltTask]] = {}
 
 
+def _forget_other_runs(run_id: str) -> None:
+    """A reused Python worker keeps live tasks of the runs it still has shipped, not of every run it saw."""
+    for key in [k for k in _LIVE if k[0] != run_id and k[0] not in shipped_runs()]:
+        del _LIVE[key]
+
+
 def run_partition(
     shipped: ShippedTopology,
     component: str,
@@ -182,6 +188,7 @@ def run_partition(
     ``driver_inputs`` are the tuples the driver sends this task (spout emits, ticks).
     """
     task_id = shipped.topology.task_ids(component)[index]
+    use_simulated_time(plan.simulated_now)  # prepare() may read the clock too
     records = iter(records)
     first = next(records, None)
     if first is None or first[1][0] != Out.STATE:
@@ -189,6 +196,7 @@ def run_partition(
     snapshot: Snapshot | None = first[1][1]
     version = snapshot.version if snapshot else None
 
+    _forget_other_runs(plan.run_id)
     live = _LIVE.pop((plan.run_id, task_id), None)  # taken out while running: a crash leaves nothing stale
     if live is not None and live[0] == version:
         task = live[1]

@@ -86,10 +86,10 @@ class LocalCluster:
         self.sc.setCheckpointDir(where)
 
     def _run_conf(self, conf: dict | None, topology_conf: Mapping[str, Any]) -> dict[str, Any]:
-        """The cluster's config under the submitted one; an owned transactional store unless one was declared."""
-        merged = {**self.conf, **(conf or {})}
-        declared = {**topology_conf, **self._declared, **(conf or {})}
-        if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:
+        """What the cluster and the submission declared (a run lays it over the topology's own config and
+        the defaults); an owned transactional store unless one of them names a store."""
+        merged = {**self._declared, **(conf or {})}
+        if cfg.SQUALL_TRANSACTIONAL_STORE not in {**topology_conf, **merged}:
             if self._state_dir is None:
                 self._state_dir = self._own_dir("squall-state-")
             merged[cfg.SQUALL_TRANSACTIONAL_STORE] = os.path.join(self._state_dir, "transactional.sqlite")
@@ -100,6 +100,7 @@ class LocalCluster:
 
         if name in self.runs:
             raise SquallError(f"a topology named {name!r} is already running")
+        self.failures.pop(name, None)
         if isinstance(topology, TransactionalTopology):
             from squall.transactional.runtime import TransactionalRun
 
@@ -122,15 +123,25 @@ class LocalCluster:
 
     def _drive(self, run: TopologyRun, stop: threading.Event) -> None:
         sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS]
+        limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
             try:
                 with self._lock:
                     info = run.step()
+                errors_in_a_row = 0
             except TopologyFailed as failure:
                 self.failures[run.name] = failure
                 return
-            except Exception:
+            except Exception as exc:
+                errors_in_a_row += 1
                 log.exception("topology %s: wave loop error", run.name)
+                if errors_in_a_row >= limit:
+                    self.failures[run.name] = TopologyFailed(
+                        f"topology {run.name!r} stopped: {limit} waves in a row raised; the last: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    log.error("%s", self.failures[run.name])
+                    return
                 info = None
             if info is None or not info.delivered:
                 stop.wait(sleep)
@@ -150,11 +161,16 @@ class LocalCluster:
         return self.runs[name].stats
 
     def shutdown(self) -> None:
-        for name in list(self.runs):
-            self.kill_topology(name)
-        if self._owns_context:
-            self.sc.stop()
-            self._owns_context = False
-        for path in self._owned_dirs:
-            shutil.rmtree(path, ignore_errors=True)
-        self._owned_dirs = []
+        try:
+            for name in list(self.runs):
+                try:
+                    self.kill_topology(name)
+                except Exception:
+                    log.exception("topology %s did not close cleanly", name)
+        finally:
+            if self._owns_context:
+                self._owns_context = False
+                self.sc.stop()
+            for path in self._owned_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+            self._owned_dirs = []

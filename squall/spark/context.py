@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from pyspark import SparkConf, SparkContext
 
 import squall
 from squall.model.errors import SquallError
+from squall.spark.shipping import python_error_line
 
 log = logging.getLogger("squall")
 
@@ -30,6 +32,11 @@ def is_local_master(master: str) -> bool:
     return master.strip().startswith("local") and not master.strip().startswith("local-cluster")
 
 
+def runs_on_this_machine(master: str) -> bool:
+    """Local mode, or ``local-cluster[N,C,M]``: everything on this machine, so bound to loopback."""
+    return master.strip().startswith("local")
+
+
 def effective_master(master: str) -> str:
     """Spark local mode does not retry failed tasks unless asked: ``local[N]`` becomes ``local[N,4]``.
 
@@ -44,7 +51,7 @@ def effective_master(master: str) -> str:
 def spark_conf(master: str, app_name: str, settings: Mapping[str, Any] | None = None, ui: bool = False) -> SparkConf:
     """squall's defaults, then the user's ``settings`` (``squall.spark.conf`` / ``--spark-conf``) over them.
 
-    The driver binds to loopback only in local mode; on a cluster Spark's own defaults
+    The driver binds to loopback only in local mode (and ``local-cluster``); on a cluster Spark's own defaults
     (or ``spark.driver.host``) decide where executors reach it.
     """
     defaults = {
@@ -52,7 +59,7 @@ def spark_conf(master: str, app_name: str, settings: Mapping[str, Any] | None = 
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
     }
-    if is_local_master(master):
+    if runs_on_this_machine(master):
         defaults["spark.driver.host"] = "127.0.0.1"
         defaults["spark.driver.bindAddress"] = "127.0.0.1"
     conf = SparkConf(loadDefaults=False).setMaster(effective_master(master)).setAppName(app_name)
@@ -74,11 +81,20 @@ def spark_context(
                 sorted(settings),
             )
         return active, False
-    # Workers run the driver's interpreter (its virtualenv), so they import the same squall and libraries.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if is_local_master(master):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's servers, its UI too, on loopback only
-    sc = SparkContext(conf=spark_conf(master, app_name, settings, ui))
+    # PySpark takes the executors' Python from PYSPARK_PYTHON only: the setting, else the driver's interpreter.
+    python = (settings or {}).get("spark.pyspark.python")
+    if python:
+        os.environ["PYSPARK_PYTHON"] = str(python)
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    local_ip = os.environ.get("SPARK_LOCAL_IP")
+    if runs_on_this_machine(master) and local_ip is None:
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark's servers, its UI too, on loopback only
+    try:
+        sc = SparkContext(conf=spark_conf(master, app_name, settings, ui))
+    finally:
+        if local_ip is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)  # read at launch; later contexts decide for themselves
     sc.setLogLevel("ERROR")
     log.info("started Spark %s on %s", sc.version, sc.master)
     return sc, True
@@ -105,12 +121,32 @@ def _probe():
     return namespace["squall_executor_probe"]
 
 
-def check_executors(sc: SparkContext) -> None:
+def check_executors(sc: SparkContext, timeout: float = 300.0) -> None:
     """One tiny job: every executor that answers imports squall at the driver's version, or ``SquallError``."""
     if sc.applicationId in _CHECKED:
         return
     slots = max(1, sc.defaultParallelism)
-    answers = set(sc.parallelize(range(slots), slots).mapPartitions(_probe()).collect())
+    group = f"squall-executor-check-{sc.applicationId}"
+    sc.setJobGroup(group, "squall: do executors import squall?", interruptOnCancel=True)
+    timer = threading.Timer(timeout, sc.cancelJobGroup, args=(group,))
+    timer.daemon = True
+    timer.start()
+    try:
+        answers = set(sc.parallelize(range(slots), slots).mapPartitions(_probe()).collect())
+    except Exception as exc:
+        if not timer.is_alive():
+            raise SquallError(
+                f"no Spark executor ran squall's executor check within {timeout:.0f}s: does the cluster have "
+                "free cores and memory for this application?"
+            ) from exc
+        cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        raise SquallError(
+            f"Spark's executors could not run squall's executor check ({cause}). {ENVIRONMENT_HELP}"
+        ) from exc
+    finally:
+        timer.cancel()
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
     for kind, detail, python in sorted(answers):
         if kind == "missing":
             raise SquallError(

@@ -35,7 +35,7 @@ from squall.reliability.rotating_map import RotatingMap
 from squall.spark.bolt_task import TaskPlan
 from squall.spark.clock import Clock
 from squall.spark.records import Out, Routes, check_emit, direct_target, tick_record
-from squall.spark.shipping import fatal_message, ship_topology
+from squall.spark.shipping import fatal_message, pack, python_error_line, ship_topology
 from squall.spark.stats import RunStats
 from squall.spark.wave import checkpointed_state, initial_state, run_wave, state_of
 from squall.time import simulated_time
@@ -278,7 +278,13 @@ class TopologyRun:
         self.wave += 1
         simulated_now = self.clock.now() if self.clock.simulated else None
         plan = TaskPlan(self.run_id, self.wave, self._seed, self.acking, self.capture, simulated_now)
-        inputs = self.sc.broadcast({bolt: dict(per_task) for bolt, per_task in records.items()})
+        # One pickle per task: a task unpickles only its own tuples, and values of shipped classes travel too.
+        inputs = self.sc.broadcast(
+            {
+                bolt: {index: pack(payloads) for index, payloads in per_task.items()}
+                for bolt, per_task in records.items()
+            }
+        )
         started = time.monotonic()
         try:
             result = run_wave(
@@ -332,7 +338,8 @@ class TopologyRun:
             log.exception("wave %d of topology %s failed; its tuples will time out and replay", self.wave, self.name)
             return
         if fatal is None:
-            fatal = f"{limit} waves in a row failed; the last with {type(exc).__name__}: {str(exc)[:2000]}"
+            cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}"
+            fatal = f"{limit} waves in a row failed; the last with {cause}"
         self.failure = TopologyFailed(f"topology {self.name!r} stopped: {fatal}")
         log.error("%s", self.failure)
 

@@ -43,7 +43,8 @@ class TaskSetupError(SquallError):
     """
 
     def __init__(self, component: str, task: int, what: str, cause: BaseException) -> None:
-        cause_text = "".join(traceback.format_exception_only(cause)).strip()
+        lines = [line.strip() for line in "".join(traceback.format_exception_only(cause)).splitlines()]
+        cause_text = " | ".join(line for line in lines if line)  # one line: the mark is read back line by line
         super().__init__(f"{FATAL_MARK} component {component!r} task {task}: {what}: {cause_text}")
 
 
@@ -102,10 +103,11 @@ def ship_topology(sc: SparkContext, topology: Topology, conf: dict, components: 
     ship_user_modules()
     blobs = {cid: pickle_component(cid, topology.components[cid].obj) for cid in components}
     stripped = topology.with_objects(dict.fromkeys(topology.components))
-    return sc.broadcast(cloudpickle.dumps(ShippedTopology(stripped, conf, blobs), protocol=pickle.HIGHEST_PROTOCOL))
+    return sc.broadcast(pack(ShippedTopology(stripped, conf, blobs)))
 
 
 _RUNS: dict[str, ShippedTopology] = {}  # per Python worker: run id -> what was shipped
+KEEP_RUNS = 4  # a reused Python worker keeps the latest runs' topologies, not every run's
 
 
 def load_shipped(run_id: str, broadcast: Any) -> ShippedTopology:
@@ -113,7 +115,14 @@ def load_shipped(run_id: str, broadcast: Any) -> ShippedTopology:
     shipped = _RUNS.get(run_id)
     if shipped is None:
         shipped = _RUNS[run_id] = pickle.loads(broadcast.value)
+        while len(_RUNS) > KEEP_RUNS:
+            del _RUNS[next(iter(_RUNS))]
     return shipped
+
+
+def shipped_runs() -> set[str]:
+    """The runs this Python worker still holds a shipped topology of."""
+    return set(_RUNS)
 
 
 def new_component(shipped: ShippedTopology, component: str, task: int) -> Any:
@@ -122,6 +131,23 @@ def new_component(shipped: ShippedTopology, component: str, task: int) -> Any:
         return pickle.loads(shipped.components[component])
     except Exception as exc:
         raise TaskSetupError(component, task, "cannot be unpickled on a Spark worker", exc) from exc
+
+
+def pack(value: Any) -> bytes:
+    """``value`` pickled with cloudpickle, so that instances of shipped classes travel by value."""
+    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def python_error_line(text: str) -> str | None:
+    """The last ``SomeError: message`` line of a Python traceback inside a failed Spark job's text."""
+    found = None
+    for line in text.splitlines():
+        line = line.strip()
+        head = line.split(":", 1)[0]
+        python_error = head.rsplit(".", 1)[-1].endswith(("Error", "Exception", "Exit", "Interrupt"))
+        if head and " " not in head and python_error and not head.startswith(("org.", "java.", "py4j.", "scala.")):
+            found = line
+    return found
 
 
 def fatal_message(error: BaseException) -> str | None:

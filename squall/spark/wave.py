@@ -15,6 +15,7 @@ arrays in a single ``collect``.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -40,7 +41,8 @@ def _acker_partition(key) -> int:
 
 def _bolt_stage(run_id: str, topology_bc, inputs_bc, component: str, plan: TaskPlan, index: int, records):
     shipped = load_shipped(run_id, topology_bc)
-    driver_inputs = inputs_bc.value.get(component, {}).get(index, ())
+    blob = inputs_bc.value.get(component, {}).get(index)
+    driver_inputs = pickle.loads(blob) if blob is not None else ()
     return run_partition(shipped, component, plan, driver_inputs, index, records)
 
 
@@ -131,7 +133,7 @@ def run_wave(
     state: dict[str, RDD],
     num_ackers: int,
 ) -> WaveResult:
-    """Run the bolts reachable from ``fed``; ``inputs_bc`` holds ``{bolt: {task_index: [payload]}}``."""
+    """Run the bolts reachable from ``fed``; ``inputs_bc`` holds ``{bolt: {task_index: pickled [payload]}}``."""
     outputs: dict[str, RDD] = {}
     for bolt in active_bolts(topology, fed):
         spec = topology.components[bolt]

@@ -37,7 +37,7 @@ from pyspark import RDD, SparkContext, StorageLevel
 
 from squall.model import config as cfg
 from squall.model.components import BasicBolt
-from squall.model.errors import FailedException, TopologyFailed
+from squall.model.errors import FailedException, SquallError, TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
@@ -49,10 +49,12 @@ from squall.spark.shipping import (
     load_shipped,
     new_component,
     pickle_component,
+    python_error_line,
     ship_topology,
 )
 from squall.spark.stats import RunStats
 from squall.spark.wave import _emits_for, _task_index
+from squall.time import use_simulated_time
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
@@ -70,6 +72,7 @@ class _UpstreamFailed(Exception):
 
 
 def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
+    use_simulated_time(None)  # batches run on the wall clock
     topology = load_shipped(run_id, topology_bc).topology
     task_id = topology.task_ids(spout_id)[index]
     try:
@@ -97,6 +100,7 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
 
 
 def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
+    use_simulated_time(None)  # batches run on the wall clock
     shipped = load_shipped(run_id, topology_bc)
     topology = shipped.topology
     spec = topology.components[bolt]
@@ -212,7 +216,9 @@ class TransactionalRun:
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"
         self._topology_bc = ship_topology(sc, self.topology, self.conf, list(self.topology.bolts))
+        pickle_component(ttopo.spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
+        self._failed_jobs_in_a_row = 0
         self._pool = ThreadPoolExecutor(max_pending, thread_name_prefix=f"squall-{name}")
         self._events: queue.Queue = queue.Queue()
         self._batches: dict[TransactionAttempt, Batch] = {}
@@ -294,7 +300,11 @@ class TransactionalRun:
         by_task: dict[int, list] = defaultdict(list)
         for entry in plan:
             by_task[entry[0] % emitters].append(entry)
-        spout_blob = pickle_component(self.ttopo.spout_id, self.ttopo.spout)  # per batch: its data may grow
+        try:
+            spout_blob = pickle_component(self.ttopo.spout_id, self.ttopo.spout)  # per batch: its data may grow
+        except SquallError as exc:
+            self._stop(str(exc))
+            return None
         job = partial(
             _emit_task, self.run_id, self._topology_bc, spout_blob, self.ttopo.spout_id, attempt, dict(by_task)
         )
@@ -312,6 +322,7 @@ class TransactionalRun:
                 log.error("%s: batch %r: %s", self.name, attempt, text)
             emitted.unpersist()
             return None
+        self._job_succeeded()
         metas = {str(row[1]): row[2] for row in rows if row[0] == "M"}
         tuples = sum(row[1] for row in rows if row[0] == "N")
         malformed = sum(row[2] for row in rows if row[0] == "N")
@@ -358,6 +369,7 @@ class TransactionalRun:
     def _process(self, batch: Batch) -> None:
         try:
             result = self._run_bolts(batch, self.ttopo.processing_phase_bolts)
+            self._job_succeeded()
             ok = not result.failures
             for text in result.failures:
                 log.warning("%s: batch %r failed in processing: %s", self.name, batch.attempt, text)
@@ -384,6 +396,7 @@ class TransactionalRun:
         if result.failures:
             self._fail(attempt)
             return
+        self._job_succeeded()
         self.coordinator.committed(attempt)
         with self._lock:
             self._batches.pop(attempt).release()
@@ -396,14 +409,28 @@ class TransactionalRun:
         for callback in self.on_commit:
             callback(attempt, batch.tuples, result.captured)
 
+    def _job_succeeded(self) -> None:
+        with self._lock:
+            self._failed_jobs_in_a_row = 0
+
     def _job_failed(self, exc: Exception, what: str) -> None:
         """A Spark job of a batch failed: the batch is retried, unless no retry can fix the failure."""
         fatal = fatal_message(exc)
-        if fatal is None:
+        limit = self.conf[cfg.SQUALL_WAVE_MAX_FAILURES]
+        with self._lock:
+            self._failed_jobs_in_a_row += 1
+            in_a_row = self._failed_jobs_in_a_row
+        if fatal is None and in_a_row < limit:
             log.exception("%s: %s failed", self.name, what)
             return
+        if fatal is None:
+            cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}"
+            fatal = f"{limit} Spark jobs in a row failed; the last, {what}, with {cause}"
+        self._stop(fatal)
+
+    def _stop(self, why: str) -> None:
         if self.failure is None:
-            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {fatal}")
+            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
             log.error("%s", self.failure)
 
     def wait_settled(self, timeout: float = 300.0) -> None:
