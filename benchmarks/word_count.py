@@ -1,59 +1,151 @@
-"""Word count throughput: squall (with and without acking) against a plain PySpark job.
+"""Word count throughput and latency: squall against plain PySpark on the same data, in one run.
 
-All runs share one local Spark context and the same sentences; figures are
+Sentences of 8 words from a 10,000-word vocabulary. squall runs
+
+    sentences (spout, on the driver) --shuffle--> split (2) --fields(word)--> count (2) --shuffle--> sink (2)
+
+where count emits ``(word, count)`` anchored to its input and acks it, and the
+sink acks. Against it, two plain PySpark jobs over the same sentences on the
+same SparkContext: one with ``reduceByKey`` (combining words before the
+shuffle) and one that carries every word through a ``partitionBy`` shuffle to a
+counting ``mapPartitions``, which moves the data squall moves. Figures are
 ratios within this run. Prints one ``name=value`` per line.
 
-    python benchmarks/word_count.py [--sentences 20000] [--master local[2]]
+    python benchmarks/word_count.py [--words 2000000] [--master local[2]] [--tuned 1000,5000,20000]
 """
 
 from __future__ import annotations
 
 import argparse
 import operator
+import random
+import threading
 import time
-from pathlib import Path
+from collections import Counter
 
-from squall import BasicBolt, TopologyBuilder
-from squall.runner import load_module
+from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.spark.context import spark_context
-from squall.testing import FeederSpout, TestCluster
+from squall.testing import TestCluster
 
-# The example's sentences and split bolt; its count bolt writes to SQLite, this one only counts.
-EXAMPLE = load_module(Path(__file__).parent.parent / "examples" / "word_count.py")
-SENTENCES, Split = EXAMPLE.SENTENCES, EXAMPLE.SplitSentence
+VOCABULARY = [f"w{i:04d}" for i in range(10_000)]
+WORDS_PER_SENTENCE = 8
 
 
-class Count(BasicBolt):
-    outputs = ("word", "count")
+def make_sentences(words: int, seed: int = 7) -> list[str]:
+    rnd = random.Random(seed)
+    return [" ".join(rnd.choices(VOCABULARY, k=WORDS_PER_SENTENCE)) for _ in range(words // WORDS_PER_SENTENCE)]
 
-    def prepare(self, conf, context):
-        self.counts = {}
+
+class Sentences(Spout):
+    """Emits its sentences once each, msg id = index; ``rate`` (sentences/s) paces it, if given."""
+
+    outputs = ("sentence",)
+
+    def __init__(self, sentences: list[str], rate: float | None = None) -> None:
+        self.sentences, self.rate = sentences, rate
+        self.acked = 0
+        self.done = threading.Event()
+
+    def __deepcopy__(self, memo):  # the benchmark holds the object the topology runs
+        return self
+
+    def open(self, conf, context, collector):
+        self.collector, self.next, self.started = collector, 0, time.monotonic()
+
+    def next_tuple(self):
+        if self.next >= len(self.sentences):
+            return
+        if self.rate is not None and self.next >= self.rate * (time.monotonic() - self.started):
+            return
+        self.collector.emit([self.sentences[self.next]], msg_id=self.next)
+        self.next += 1
+
+    def ack(self, msg_id):
+        self.acked += 1
+        if self.acked == len(self.sentences):
+            self.done.set()
+
+
+class Split(BasicBolt):
+    outputs = ("word",)
 
     def execute(self, tup, collector):
+        for word in tup[0].split(" "):
+            collector.emit([word])
+
+
+class Count(Bolt):
+    outputs = ("word", "count")
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.counts = collector, {}
+
+    def execute(self, tup):
         word = tup[0]
-        self.counts[word] = self.counts.get(word, 0) + 1
+        count = self.counts[word] = self.counts.get(word, 0) + 1
+        self.collector.emit([word, count], anchors=tup)
+        self.collector.ack(tup)
 
 
-def squall_run(sentences: list[str], conf: dict) -> tuple[float, int]:
-    feeder = FeederSpout(["sentence"])
+class Sink(BasicBolt):
+    outputs = ()
+
+    def execute(self, tup, collector):
+        pass
+
+
+def topology(spout: Sentences):
     b = TopologyBuilder()
-    b.set_spout("sentences", feeder)
+    b.set_spout("sentences", spout)
     b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("sink", Sink(), 2).shuffle_grouping("count")
+    return b.build()
+
+
+def squall_throughput(sentences: list[str], conf: dict) -> tuple[float, int]:
+    """Seconds to process every sentence (all acked when acking is on), and waves run."""
+    spout = Sentences(sentences)
     with TestCluster() as cluster:
-        run = cluster.submit_topology("bench", conf, b.build())
-        for s in sentences:
-            feeder.feed([s])
+        run = cluster.submit_topology("bench", conf, topology(spout))
         started = time.perf_counter()
         cluster.wait_idle()
         seconds = time.perf_counter() - started
-        assert run.stats.of("count").executed == sum(len(s.split(" ")) for s in sentences)
+        words = len(sentences) * WORDS_PER_SENTENCE
+        assert run.stats.of("count").executed == words and run.stats.of("sink").executed == words
         if conf.get("topology.acker.executors", 1):
-            assert len(feeder.acked) == len(sentences)
+            assert spout.acked == len(sentences), (spout.acked, len(sentences))
         return seconds, run.stats.waves
 
 
-def pyspark_run(sc, sentences: list[str]) -> float:
+def squall_latency(sentences: list[str], rate: float, conf: dict) -> tuple[float, float]:
+    """Complete latency p50 and p99 (ms) as the spout sees it, at ``rate`` sentences per second, real time."""
+    spout = Sentences(sentences, rate=rate)
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("latency", conf, topology(spout))
+        spout.done.wait(timeout=len(sentences) / rate * 3 + 120)
+        stats = run.stats.of("sentences")
+        return stats.latency_percentile(50), stats.latency_percentile(99)
+
+
+def squall_round_trip(conf: dict, tuples: int = 21) -> float:
+    """p50 (ms) of one sentence from emit to ack on an otherwise idle topology."""
+    spout = Sentences([])
+    times = []
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("round-trip", conf, topology(spout))
+        for i in range(tuples):
+            before = spout.acked
+            spout.sentences.append(" ".join(VOCABULARY[i : i + WORDS_PER_SENTENCE]))
+            started = time.perf_counter()
+            while spout.acked == before:
+                time.sleep(0.001)
+            times.append((time.perf_counter() - started) * 1000)
+        assert run.stats.of("sentences").acked == tuples
+    return sorted(times[1:])[len(times[1:]) // 2]  # the first warms the Python workers
+
+
+def pyspark_combining(sc, sentences: list[str]) -> float:
     started = time.perf_counter()
     counts = (
         sc.parallelize(sentences, 2)
@@ -63,30 +155,69 @@ def pyspark_run(sc, sentences: list[str]) -> float:
         .collectAsMap()
     )
     seconds = time.perf_counter() - started
-    assert sum(counts.values()) == sum(len(s.split(" ")) for s in sentences)
+    assert sum(counts.values()) == len(sentences) * WORDS_PER_SENTENCE
+    return seconds
+
+
+def _count_partition(words):
+    counts = Counter(word for word, _ in words)
+    yield from counts.items()
+
+
+def pyspark_carrying(sc, sentences: list[str]) -> float:
+    started = time.perf_counter()
+    counts = (
+        sc.parallelize(sentences, 2)
+        .flatMap(lambda s: [(w, 1) for w in s.split(" ")])
+        .partitionBy(2)
+        .mapPartitions(_count_partition)
+        .collectAsMap()
+    )
+    seconds = time.perf_counter() - started
+    assert sum(counts.values()) == len(sentences) * WORDS_PER_SENTENCE
     return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--sentences", type=int, default=20_000)
+    parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--tuned", default="1000,10000,40000", help="squall.wave.spout.batch values to try")
+    parser.add_argument("--latency-secs", type=float, default=30.0)
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
-    sentences = [SENTENCES[i % len(SENTENCES)] for i in range(args.sentences)]
-    pyspark_run(sc, sentences[:1000])  # warm up the Python workers
-    plain = min(pyspark_run(sc, sentences) for _ in range(3))
+    sentences = make_sentences(args.words)
+    words = len(sentences) * WORDS_PER_SENTENCE
+    print(f"words={words}")
     print(f"sentences={len(sentences)}")
-    print(f"pyspark_sentences_per_second={len(sentences) / plain:.0f}")
-    for label, conf in [
-        ("squall_acked_wave1000", {"squall.wave.spout.batch": 1000}),
-        ("squall_acked_wave10000", {"squall.wave.spout.batch": 10000}),
-        ("squall_unacked_wave10000", {"squall.wave.spout.batch": 10000, "topology.acker.executors": 0}),
-    ]:
-        seconds, waves = squall_run(sentences, conf)
-        print(f"{label}_sentences_per_second={len(sentences) / seconds:.0f}")
-        print(f"{label}_waves={waves}")
-        print(f"{label}_ratio_to_pyspark={plain / seconds:.3f}")
+    pyspark_combining(sc, sentences[:1000])  # warm up the Python workers
+    combining = min(pyspark_combining(sc, sentences) for _ in range(2))
+    carrying = min(pyspark_carrying(sc, sentences) for _ in range(2))
+    print(f"pyspark_combining_words_per_second={words / combining:.0f}")
+    print(f"pyspark_carrying_words_per_second={words / carrying:.0f}")
+
+    default_secs, default_waves = squall_throughput(sentences, {})
+    print(f"squall_acked_default_words_per_second={words / default_secs:.0f}")
+    print(f"squall_acked_default_waves={default_waves}")
+    print(f"squall_acked_default_time_vs_pyspark_carrying={default_secs / carrying:.1f}")
+    unacked_secs, _ = squall_throughput(sentences, {"topology.acker.executors": 0})
+    print(f"squall_unacked_default_words_per_second={words / unacked_secs:.0f}")
+    print(f"squall_acking_on_vs_off_time_ratio={default_secs / unacked_secs:.2f}")
+
+    best = default_secs
+    for batch in (int(b) for b in args.tuned.split(",") if b):
+        seconds, waves = squall_throughput(sentences, {"squall.wave.spout.batch": batch})
+        print(f"squall_acked_wave{batch}_words_per_second={words / seconds:.0f} (waves={waves})")
+        best = min(best, seconds)
+    print(f"squall_default_vs_best_tuned_throughput={best / default_secs:.2f}")
+
+    rate = len(sentences) / default_secs / 2
+    paced = sentences[: max(1, int(rate * args.latency_secs))]
+    p50, p99 = squall_latency(paced, rate, {})
+    print(f"squall_half_capacity_sentences_per_second={rate:.0f}")
+    print(f"squall_half_capacity_complete_latency_p50_ms={p50:.0f}")
+    print(f"squall_half_capacity_complete_latency_p99_ms={p99:.0f}")
+    print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.0f}")
     sc.stop()
 
 

@@ -138,6 +138,7 @@ class BoltTask:
     # -- execution -----------------------------------------------------------
     def begin_wave(self, plan: TaskPlan) -> None:
         use_simulated_time(plan.simulated_now)
+        self.collector.take_acks()  # nothing left from an attempt that failed halfway
         ids = IdGenerator([plan.seed, plan.wave, self.task])  # the same ids if Spark recomputes
         self.collector.next_id = ids.next_id
         self.collector.status = TaskStatus()
@@ -222,4 +223,5 @@ def run_partition(
         task.collector.status.unpicklable = sorted(task.unpicklable)
     _LIVE[(plan.run_id, task_id)] = (snapshot.version if snapshot else None, task)
     yield (index, (Out.STATE, snapshot))
-    yield (("status", component, task_id), (Out.STATUS, task.collector.status, task.collector.captured))
+    report = (Out.STATUS, task.collector.status, task.collector.captured, task.collector.take_acks())
+    yield (("status", component, task_id), report)

@@ -12,6 +12,7 @@ from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, fail_messages
+from squall.spark.acks import ACK, FAIL, RESET, AckBatch
 from squall.spark.records import Out, Routes, check_emit, direct_target
 
 log = logging.getLogger("squall")
@@ -53,7 +54,10 @@ class OutputCollector:
         self._routes = Routes(topology, component, task)
         self._task_index = {t: i for c in topology.components.values() for i, t in enumerate(c.tasks)}
         self.next_id: Callable[[], int] = lambda: 0
-        self.out: list[tuple] = []
+        self.out: list[tuple] = []  # emits, keyed by target task index
+        self.ack_roots: list[int] = []  # ack, fail and reset messages, reduced into an AckBatch by take_acks()
+        self.ack_values: list[int] = []
+        self.ack_kinds: list[int] = []
         self.status = TaskStatus()
         self.captured: list[tuple] = []  # default-stream emits, when testing asks for them
 
@@ -89,22 +93,33 @@ class OutputCollector:
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 
+    def _ack_message(self, root: int, value: int, kind: int) -> None:
+        self.ack_roots.append(root)
+        self.ack_values.append(value)
+        self.ack_kinds.append(kind)
+
     def ack(self, tup: Tuple) -> None:
         self.status.acked += 1
         if self._acking:
             for root, value in ack_messages(tup):
-                self.out.append((root, (Out.ACK, value, False, False)))
+                self._ack_message(root, value, ACK)
 
     def fail(self, tup: Tuple) -> None:
         self.status.failed += 1
         if self._acking:
             for root in fail_messages(tup):
-                self.out.append((root, (Out.ACK, 0, True, False)))
+                self._ack_message(root, 0, FAIL)
 
     def reset_timeout(self, tup: Tuple) -> None:
         if self._acking:
             for root in tup.anchors_to_ids:
-                self.out.append((root, (Out.ACK, 0, False, True)))
+                self._ack_message(root, 0, RESET)
+
+    def take_acks(self) -> AckBatch:
+        """This wave's ack messages, XOR-reduced per root; the buffers start over."""
+        batch = AckBatch.from_messages(self.ack_roots, self.ack_values, self.ack_kinds)
+        self.ack_roots, self.ack_values, self.ack_kinds = [], [], []
+        return batch
 
     def report_error(self, error: BaseException) -> None:
         text = "".join(traceback.format_exception(error))

@@ -7,7 +7,7 @@ Each ``step()`` is one wave at the clock's current time:
 2. call ``next_tuple`` on every spout task within its ``max.spout.pending`` budget;
 3. record the new trees' inits in the ledger;
 4. run the bolts as one Spark job (``wave.run_wave``);
-5. merge the XOR-reduced acks into the ledger and call ``ack``/``fail`` on the
+5. merge the XOR-reduced acks of the tasks' reports into the ledger and call ``ack``/``fail`` on the
    exact spout task that emitted each settled tree.
 """
 
@@ -296,7 +296,6 @@ class TopologyRun:
                 set(records),
                 plan,
                 self._state,
-                self.num_ackers,
             )
         except Exception as exc:
             # The wave's state changes are discarded; its trees time out and replay.
@@ -321,12 +320,16 @@ class TopologyRun:
                 log.error("bolt error in topology %s: %s", self.name, text)
         for (component, _task), values in sorted(result.captured.items()):
             self.captured[component].extend(values)
-        for partition, roots, xors, failed, reset in result.acks:
-            for root in roots[reset].tolist():
-                entry = self.pending.get(root)
-                if entry is not None:
-                    self.pending.put(root, entry)
-            self._dispatch(self.ledger.partitions[partition].merge(roots, xors, None, failed, reset))
+        if self.acking and len(result.acks):
+            for partition, acks in enumerate(result.acks.by_partition(self.num_ackers)):
+                for root in acks.roots[acks.reset].tolist():
+                    entry = self.pending.get(root)
+                    if entry is not None:
+                        self.pending.put(root, entry)
+                if len(acks):
+                    self._dispatch(
+                        self.ledger.partitions[partition].merge(acks.roots, acks.xors, None, acks.failed, acks.reset)
+                    )
 
     def _wave_failed(self, exc: Exception) -> None:
         """A wave whose job failed: replayed through timeouts, unless no retry can fix it."""

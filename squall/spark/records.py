@@ -27,8 +27,7 @@ class Out:
 
     STATE = "S"  # (STATE, snapshot)                 keyed by this task's index
     EMIT = "E"  # (EMIT, component, record)           keyed by the target task's index
-    ACK = "A"  # (ACK, xor, failed, reset)                keyed by root
-    STATUS = "X"  # (STATUS, TaskStatus, captured emits)  keyed by ("status", component, task)
+    STATUS = "X"  # (STATUS, TaskStatus, captured emits, AckBatch)  keyed by ("status", component, task)
 
 
 class SerializationError(SquallError, TypeError):

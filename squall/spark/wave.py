@@ -7,10 +7,10 @@ arrive through a shuffle keyed by task index: the groupings are the
 partitioners. Tuples from the driver (spout emits, ticks) reach tasks through a
 per-wave broadcast.
 
-Every task's ack messages are XOR-reduced by root into
-``topology.acker.executors`` partitions (root mod N); each task's status rides
-the same shuffle. The reduced partitions come back to the driver as numpy
-arrays in a single ``collect``.
+Each task ends its partition with its report: its status, what it emitted
+(when testing asks for it) and its ack messages, XOR-reduced per root into an
+``AckBatch``. The reports of every task come back in the job's one
+``collect``: acks cross no shuffle.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import numpy as np
 from pyspark import RDD, SparkContext, StorageLevel
 
 from squall.model.topology import Topology
+from squall.spark.acks import AckBatch
 from squall.spark.bolt_task import TaskPlan, run_partition
 from squall.spark.collectors import TaskStatus
 from squall.spark.records import Out
@@ -32,11 +32,6 @@ from squall.spark.shipping import load_shipped
 
 def _task_index(key: int) -> int:
     return key
-
-
-def _acker_partition(key) -> int:
-    """Acks by root (Spark takes this mod the number of ackers); task statuses to partition 0."""
-    return key if isinstance(key, int) else 0
 
 
 def _bolt_stage(run_id: str, topology_bc, inputs_bc, component: str, plan: TaskPlan, index: int, records):
@@ -58,38 +53,15 @@ def _state_only(records):
             yield key, payload
 
 
-def _acks_and_status(records):
+def _reports(records):
     for key, payload in records:
-        if payload[0] == Out.ACK:
-            yield key, payload[1:]
-        elif payload[0] == Out.STATUS:
-            yield key, payload
-
-
-def _xor_combine(a: tuple, b: tuple) -> tuple:
-    return (a[0] ^ b[0], a[1] or b[1], a[2] or b[2])
-
-
-def _to_arrays(index: int, rows):
-    acks = []
-    for key, value in rows:
-        if isinstance(key, int):
-            acks.append((key, value))
-        else:
-            yield ("status", key[1], key[2], value[1], value[2])
-    yield (
-        "acks",
-        index,
-        np.array([r for r, _ in acks], dtype=np.uint64),
-        np.array([v[0] for _, v in acks], dtype=np.uint64),
-        np.array([v[1] for _, v in acks], dtype=bool),
-        np.array([v[2] for _, v in acks], dtype=bool),
-    )
+        if payload[0] == Out.STATUS:
+            yield key[1], key[2], payload[1], payload[2], payload[3]
 
 
 @dataclass
 class WaveResult:
-    acks: list[tuple] = field(default_factory=list)  # (partition, roots, xors, failed, reset)
+    acks: AckBatch = field(default_factory=AckBatch.empty)  # every task's, reduced per root
     status: dict[tuple[str, int], TaskStatus] = field(default_factory=dict)
     captured: dict[tuple[str, int], list[tuple]] = field(default_factory=dict)
     outputs: dict[str, RDD] = field(default_factory=dict)  # persisted; hold each task's new state
@@ -131,7 +103,6 @@ def run_wave(
     fed: set[str],
     plan: TaskPlan,
     state: dict[str, RDD],
-    num_ackers: int,
 ) -> WaveResult:
     """Run the bolts reachable from ``fed``; ``inputs_bc`` holds ``{bolt: {task_index: pickled [payload]}}``."""
     outputs: dict[str, RDD] = {}
@@ -152,25 +123,20 @@ def run_wave(
     if not outputs:
         return WaveResult()
 
-    reports = sc.union([out.mapPartitions(_acks_and_status) for out in outputs.values()])
     try:
-        rows = (
-            reports.reduceByKey(_xor_combine, max(1, num_ackers), _acker_partition)
-            .mapPartitionsWithIndex(_to_arrays)
-            .collect()
-        )
+        rows = sc.union([out.mapPartitions(_reports) for out in outputs.values()]).collect()
     except BaseException:
         for out in outputs.values():
             out.unpersist(blocking=False)
         raise
     result = WaveResult(outputs=outputs)
-    for row in rows:
-        if row[0] == "acks":
-            if num_ackers:
-                result.acks.append(row[1:])
-        else:
-            _, component, task, status, captured = row
-            result.status[(component, task)] = status
-            if captured:
-                result.captured[(component, task)] = captured
+    batches = []
+    for component, task, status, captured, acks in rows:
+        if (component, task) in result.status:
+            raise RuntimeError(f"wave reported {component} task {task} twice")  # acks apply once per (wave, task)
+        result.status[(component, task)] = status
+        batches.append(acks)
+        if captured:
+            result.captured[(component, task)] = captured
+    result.acks = AckBatch.combine(batches)
     return result

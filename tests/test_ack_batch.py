@@ -1,0 +1,55 @@
+"""AckBatch: a task's ack messages folded per root, as the acker would fold them one by one."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from squall.spark.acks import ACK, FAIL, RESET, AckBatch
+
+messages = st.lists(
+    st.tuples(st.integers(1, 6), st.integers(0, 2**64 - 1), st.sampled_from([ACK, FAIL, RESET])), max_size=40
+)
+
+
+def folded(msgs):
+    rows = {}
+    for root, value, kind in msgs:
+        xor, failed, reset = rows.get(root, (0, False, False))
+        rows[root] = (xor ^ (value if kind == ACK else 0), failed or kind == FAIL, reset or kind == RESET)
+    return rows
+
+
+def as_rows(batch: AckBatch):
+    return {
+        int(r): (int(x), bool(f), bool(s))
+        for r, x, f, s in zip(batch.roots, batch.xors, batch.failed, batch.reset, strict=True)
+    }
+
+
+@given(messages)
+def test_one_task_folds_its_messages_per_root(msgs):
+    batch = AckBatch.from_messages(
+        [m[0] for m in msgs], [m[1] if m[2] == ACK else 0 for m in msgs], [m[2] for m in msgs]
+    )
+    assert as_rows(batch) == folded(msgs)
+    assert list(batch.roots) == sorted(batch.roots)
+
+
+@given(st.lists(messages, max_size=4), st.integers(1, 3))
+def test_the_driver_folds_every_tasks_batch_and_splits_them_by_acker_partition(tasks, ackers):
+    batches = [
+        AckBatch.from_messages([m[0] for m in t], [m[1] if m[2] == ACK else 0 for m in t], [m[2] for m in t])
+        for t in tasks
+    ]
+    combined = AckBatch.combine(batches)
+    assert as_rows(combined) == folded([m for t in tasks for m in t])
+    parts = combined.by_partition(ackers)
+    assert len(parts) == ackers
+    for p, part in enumerate(parts):
+        assert all(int(r) % ackers == p for r in part.roots)
+    assert sum(len(p) for p in parts) == len(combined)
+
+
+def test_an_empty_wave_has_an_empty_batch():
+    batch = AckBatch.combine([AckBatch.from_messages([], [], []), AckBatch.empty()])
+    assert len(batch) == 0 and batch.roots.dtype == np.uint64
