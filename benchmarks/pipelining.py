@@ -3,6 +3,8 @@
 The processing phase of each batch waits about 1 s on a (simulated) external
 call; the commit phase takes about 0.2 s (a slow database). Processing runs for
 up to ``topology.max.spout.pending`` batches at once; commits stay in order.
+Then the same batches with no simulated wait at all: what a batch costs by
+itself, with the time split into its three Spark jobs (emit, process, commit).
 Prints one ``name=value`` per line, in one run.
 
     python benchmarks/pipelining.py [--batches 12] [--master local[8]]
@@ -25,6 +27,9 @@ COMMIT_SECS = 0.2
 class SlowLookup(BatchBolt):
     outputs = ("id", "n")
 
+    def __init__(self, wait: float = PROCESS_SECS) -> None:
+        self.wait = wait
+
     def prepare(self, conf, context, collector, batch_id):
         self.collector, self.id, self.n = collector, batch_id, 0
 
@@ -32,12 +37,15 @@ class SlowLookup(BatchBolt):
         self.n += 1
 
     def finish_batch(self):
-        time.sleep(PROCESS_SECS)  # an external call for the whole batch
+        time.sleep(self.wait)  # an external call for the whole batch
         self.collector.emit([self.id, self.n])
 
 
 class SlowCommit(BatchBolt, Committer):
     outputs = ("id", "total")
+
+    def __init__(self, wait: float = COMMIT_SECS) -> None:
+        self.wait = wait
 
     def prepare(self, conf, context, collector, batch_id):
         self.n = 0
@@ -46,20 +54,34 @@ class SlowCommit(BatchBolt, Committer):
         self.n += tup[1]
 
     def finish_batch(self):
-        time.sleep(COMMIT_SECS)  # a slow database
+        time.sleep(self.wait)  # a slow database
 
 
-def measure(max_pending: int, batches: int) -> float:
+def _timed(phases: dict[str, float], name: str, method):
+    def timed(*args):
+        started = time.perf_counter()
+        try:
+            return method(*args)
+        finally:
+            phases[name] += time.perf_counter() - started
+
+    return timed
+
+
+def measure(max_pending: int, batches: int, waits: bool = True, phases: dict | None = None) -> float:
     data = {0: [[i] for i in range(batches * 10)]}
     b = TransactionalTopologyBuilder(f"pipelining-{max_pending}", "spout", MemoryTransactionalSpout(data, ["n"], 10))
-    b.set_bolt("lookup", SlowLookup()).shuffle_grouping("spout")
-    b.set_bolt("commit", SlowCommit()).global_grouping("lookup")
+    b.set_bolt("lookup", SlowLookup(PROCESS_SECS if waits else 0)).shuffle_grouping("spout")
+    b.set_bolt("commit", SlowCommit(COMMIT_SECS if waits else 0)).global_grouping("lookup")
     conf = {
         "topology.max.spout.pending": max_pending,
         "squall.transactional.store": tempfile.mkdtemp(prefix="squall-bench-") + "/coordinator.sqlite",
     }
     with TestCluster() as cluster:
         run = cluster.submit_topology("bench", conf, b.build())
+        if phases is not None:  # seconds spent in each phase's Spark job, summed over batches
+            for name in ("emit", "process", "commit"):
+                setattr(run, f"_{name}", _timed(phases, name, getattr(run, f"_{name}")))
         started = time.perf_counter()
         while run.coordinator.last_committed < batches:
             if not run.step().delivered:
@@ -79,6 +101,12 @@ def main() -> None:
         print(f"max_pending_{pending}_batches_per_second={rates[pending]:.3f}")
     for pending in (2, 4, 8):
         print(f"speedup_{pending}_vs_1={rates[pending] / rates[1]:.2f}")
+    for pending in (1, 4):
+        phases = dict.fromkeys(("emit", "process", "commit"), 0.0)
+        rate = measure(pending, args.batches * 2, waits=False, phases=phases)
+        print(f"no_wait_max_pending_{pending}_batches_per_second={rate:.2f}")
+        for name, seconds in phases.items():
+            print(f"no_wait_max_pending_{pending}_{name}_ms_per_batch={seconds / (args.batches * 2) * 1000:.0f}")
 
 
 if __name__ == "__main__":

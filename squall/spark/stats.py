@@ -65,7 +65,10 @@ class RunStats:
     pending: int = 0
 
     def of(self, component: str) -> ComponentStats:
-        return self.components.setdefault(component, ComponentStats())
+        stats = self.components.get(component)
+        if stats is None:  # a histogram is made once per component, not per call
+            stats = self.components[component] = ComponentStats()
+        return stats
 
     def spout_totals(self, spouts: list[str]) -> ComponentStats:
         total = ComponentStats()
