@@ -131,9 +131,6 @@ def summary_table(run: TopologyRun) -> Table:
     return table
 
 
-DURABLE_STORE = ".squall-state/transactional.sqlite"  # a restarted ``squall run`` resumes from it
-
-
 def run_file(
     path: str,
     conf_pairs: list[str],
@@ -157,7 +154,8 @@ def run_file(
     topology = topology_of(module, conf)
     declared = getattr(topology, "topology", topology).conf  # a transactional topology wraps its graph
     if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:  # after build_topology, which may choose one
-        conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, DURABLE_STORE)
+        # The durable default, so that a restarted ``squall run`` resumes (LocalCluster would own a temporary one).
+        conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, cfg.DEFAULTS[cfg.SQUALL_TRANSACTIONAL_STORE])
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
     with LocalCluster(squall_conf) as cluster:

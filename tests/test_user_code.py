@@ -356,9 +356,14 @@ def test_two_local_clusters_with_the_same_transactional_id_and_no_store_each_cou
                 threading.Event().wait(0.1)
                 deadline -= 0.1
             assert run.settled(), f"run {attempt} did not settle"
-            total = sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", []))
+            total = committed_sum(run)
             assert total == 9, f"run {attempt} counted {total}"
             assert run.commits[0][0].txid == 1  # each run starts at txid 1
+
+
+def committed_sum(run) -> int:
+    """What the ``sum`` committer emitted over every commit of ``run``."""
+    return sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", []))
 
 
 class SumCommitter(BatchBolt, Committer):
@@ -403,7 +408,7 @@ def test_a_transactional_spout_defined_in_a_test_module_emits_on_workers(cluster
     builder.set_bolt("sum", SumCommitter()).global_grouping("count")
     run = cluster.submit_topology("countdown", {}, builder.build())
     cluster.wait_idle()
-    assert sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", [])) == 60
+    assert committed_sum(run) == 60
     assert [attempt.txid for attempt, _, _ in run.commits][:4] == [1, 2, 3, 4]
 
 
@@ -516,5 +521,5 @@ def test_a_store_named_in_the_topologys_own_config_is_used(cluster, tmp_path):
     builder.set_bolt("sum", SumCommitter()).global_grouping("count")
     run = cluster.submit_topology("own-store", {}, builder.build({"squall.transactional.store": str(store)}))
     cluster.wait_idle()
-    assert sum(count for _, _, captured in run.commits for (count,) in captured.get("sum", [])) == 4
+    assert committed_sum(run) == 4
     assert store.exists()

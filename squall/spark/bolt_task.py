@@ -35,8 +35,9 @@ from squall.model.errors import FailedException
 from squall.model.topology import TopologyContext
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector, TaskStatus
+from squall.spark.failures import TaskSetupError
 from squall.spark.records import Out, to_tuple
-from squall.spark.shipping import ShippedTopology, TaskSetupError, new_component, shipped_runs
+from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
 from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.task")
@@ -137,8 +138,6 @@ class BoltTask:
 
     # -- execution -----------------------------------------------------------
     def begin_wave(self, plan: TaskPlan) -> None:
-        use_simulated_time(plan.simulated_now)
-        self.collector.take_acks()  # nothing left from an attempt that failed halfway
         ids = IdGenerator([plan.seed, plan.wave, self.task])  # the same ids if Spark recomputes
         self.collector.next_id = ids.next_id
         self.collector.status = TaskStatus()
@@ -172,7 +171,8 @@ _LIVE: dict[tuple[str, int], tuple[int | None, BoltTask]] = {}
 
 def _forget_other_runs(run_id: str) -> None:
     """A reused Python worker keeps live tasks of the runs it still has shipped, not of every run it saw."""
-    for key in [k for k in _LIVE if k[0] != run_id and k[0] not in shipped_runs()]:
+    kept = shipped_runs() | {run_id}
+    for key in [k for k in _LIVE if k[0] not in kept]:
         del _LIVE[key]
 
 

@@ -22,6 +22,7 @@ from squall.model.topology import Topology
 from squall.spark.clock import Clock, RealClock
 from squall.spark.context import check_executors, is_local_master, spark_context
 from squall.spark.driver import TopologyRun
+from squall.spark.failures import stop_reason
 from squall.spark.stats import RunStats
 
 log = logging.getLogger("squall")
@@ -135,11 +136,9 @@ class LocalCluster:
             except Exception as exc:
                 errors_in_a_row += 1
                 log.exception("topology %s: wave loop error", run.name)
-                if errors_in_a_row >= limit:
-                    self.failures[run.name] = TopologyFailed(
-                        f"topology {run.name!r} stopped: {limit} waves in a row raised; the last: "
-                        f"{type(exc).__name__}: {exc}"
-                    )
+                why = stop_reason(exc, errors_in_a_row, limit, "driver loop steps")
+                if why is not None:
+                    self.failures[run.name] = TopologyFailed(f"topology {run.name!r} stopped: {why}")
                     log.error("%s", self.failures[run.name])
                     return
                 info = None

@@ -14,7 +14,7 @@ from pyspark import SparkConf, SparkContext
 
 import squall
 from squall.model.errors import SquallError
-from squall.spark.shipping import python_error_line
+from squall.spark.failures import failure_cause
 
 log = logging.getLogger("squall")
 
@@ -139,9 +139,8 @@ def check_executors(sc: SparkContext, timeout: float = 300.0) -> None:
                 f"no Spark executor ran squall's executor check within {timeout:.0f}s: does the cluster have "
                 "free cores and memory for this application?"
             ) from exc
-        cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
         raise SquallError(
-            f"Spark's executors could not run squall's executor check ({cause}). {ENVIRONMENT_HELP}"
+            f"Spark's executors could not run squall's executor check ({failure_cause(exc)}). {ENVIRONMENT_HELP}"
         ) from exc
     finally:
         timer.cancel()

@@ -34,8 +34,9 @@ from squall.reliability.ledger import Outcome, PartitionedLedger
 from squall.reliability.rotating_map import RotatingMap
 from squall.spark.bolt_task import TaskPlan
 from squall.spark.clock import Clock
+from squall.spark.failures import stop_reason
 from squall.spark.records import Out, Routes, check_emit, direct_target, tick_record
-from squall.spark.shipping import fatal_message, pack, python_error_line, ship_topology
+from squall.spark.shipping import pack, ship_topology
 from squall.spark.stats import RunStats
 from squall.spark.wave import checkpointed_state, initial_state, run_wave, state_of
 from squall.time import simulated_time
@@ -335,15 +336,11 @@ class TopologyRun:
         """A wave whose job failed: replayed through timeouts, unless no retry can fix it."""
         self.stats.failed_waves += 1
         self._failed_in_a_row += 1
-        fatal = fatal_message(exc)
-        limit = self.conf[cfg.SQUALL_WAVE_MAX_FAILURES]
-        if fatal is None and self._failed_in_a_row < limit:
+        why = stop_reason(exc, self._failed_in_a_row, self.conf[cfg.SQUALL_WAVE_MAX_FAILURES], "waves")
+        if why is None:
             log.exception("wave %d of topology %s failed; its tuples will time out and replay", self.wave, self.name)
             return
-        if fatal is None:
-            cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}"
-            fatal = f"{limit} waves in a row failed; the last with {cause}"
-        self.failure = TopologyFailed(f"topology {self.name!r} stopped: {fatal}")
+        self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
         log.error("%s", self.failure)
 
     def _keep_state(self, outputs: dict, inputs: Any) -> None:

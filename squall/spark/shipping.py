@@ -8,7 +8,7 @@ value*: what is installed (the standard library, site-packages, squall and
 PySpark) travels by name, everything else travels with the topology.
 
 Each component is pickled on its own, so a component that cannot be rebuilt on
-a worker is named in the error (``TaskSetupError``) and stops the topology.
+a worker is named in the error (``failures.TaskSetupError``) and stops the topology.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pickle
 import site
 import sys
 import sysconfig
-import traceback
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -28,24 +27,10 @@ from pyspark import SparkContext, cloudpickle
 
 from squall.model.errors import SquallError
 from squall.model.topology import Topology
+from squall.spark.failures import TaskSetupError
 
 # Packages the executors' environment must provide (docs/cluster.md): never shipped by value.
 ENVIRONMENT_PACKAGES = frozenset({"squall", "pyspark", "py4j", "cloudpickle"})
-
-FATAL_MARK = "[squall:fatal]"
-
-
-class TaskSetupError(SquallError):
-    """A task that cannot be set up on a worker: its component does not unpickle, or ``prepare()`` raises.
-
-    Spark retries the task; when every attempt fails, the driver stops the topology
-    with this message (it carries ``FATAL_MARK`` through Spark's job failure).
-    """
-
-    def __init__(self, component: str, task: int, what: str, cause: BaseException) -> None:
-        lines = [line.strip() for line in "".join(traceback.format_exception_only(cause)).splitlines()]
-        cause_text = " | ".join(line for line in lines if line)  # one line: the mark is read back line by line
-        super().__init__(f"{FATAL_MARK} component {component!r} task {task}: {what}: {cause_text}")
 
 
 @cache
@@ -67,16 +52,13 @@ def is_user_module(module: ModuleType) -> bool:
     return not os.path.realpath(path).startswith(_installed_roots())
 
 
-def ship_user_modules() -> list[str]:
-    """Register every user module loaded so far to be pickled by value; the names newly registered."""
-    registered = []
+def ship_user_modules() -> None:
+    """Register every user module loaded so far to be pickled by value."""
     for name, module in list(sys.modules.items()):
         if not isinstance(module, ModuleType) or module.__name__ != name or not is_user_module(module):
             continue
         if not cloudpickle.cloudpickle._is_registered_pickle_by_value(module):
             cloudpickle.register_pickle_by_value(module)
-            registered.append(name)
-    return registered
 
 
 @dataclass(frozen=True)
@@ -90,7 +72,7 @@ class ShippedTopology:
 
 def pickle_component(component: str, obj: Any) -> bytes:
     try:
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return pack(obj)
     except Exception as exc:
         raise SquallError(
             f"component {component!r} ({type(obj).__name__}) cannot be serialized to ship it to Spark's workers: "
@@ -136,24 +118,3 @@ def new_component(shipped: ShippedTopology, component: str, task: int) -> Any:
 def pack(value: Any) -> bytes:
     """``value`` pickled with cloudpickle, so that instances of shipped classes travel by value."""
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def python_error_line(text: str) -> str | None:
-    """The last ``SomeError: message`` line of a Python traceback inside a failed Spark job's text."""
-    found = None
-    for line in text.splitlines():
-        line = line.strip()
-        head = line.split(":", 1)[0]
-        python_error = head.rsplit(".", 1)[-1].endswith(("Error", "Exception", "Exit", "Interrupt"))
-        if head and " " not in head and python_error and not head.startswith(("org.", "java.", "py4j.", "scala.")):
-            found = line
-    return found
-
-
-def fatal_message(error: BaseException) -> str | None:
-    """The ``TaskSetupError`` message inside a failed Spark job's error, if that is what failed it."""
-    text = str(error)
-    at = text.rfind(FATAL_MARK)
-    if at < 0:
-        return None
-    return text[at + len(FATAL_MARK) :].strip().splitlines()[0]

@@ -52,10 +52,6 @@ class ComponentStats:
     def latency_count(self) -> int:
         return self.latencies.get_total_count()
 
-    def latency_bytes(self) -> int:
-        """Memory held by the latency statistics: fixed, whatever the number of tuples recorded."""
-        return self.latencies.counts_len * self.latencies.word_size
-
 
 @dataclass
 class RunStats:

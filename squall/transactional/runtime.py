@@ -42,16 +42,9 @@ from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.driver import WaveInfo
+from squall.spark.failures import TaskSetupError, stop_reason
 from squall.spark.records import Out, to_tuple
-from squall.spark.shipping import (
-    TaskSetupError,
-    fatal_message,
-    load_shipped,
-    new_component,
-    pickle_component,
-    python_error_line,
-    ship_topology,
-)
+from squall.spark.shipping import load_shipped, new_component, pickle_component, ship_topology
 from squall.spark.stats import RunStats
 from squall.spark.wave import _emits_for, _task_index
 from squall.time import use_simulated_time
@@ -415,18 +408,14 @@ class TransactionalRun:
 
     def _job_failed(self, exc: Exception, what: str) -> None:
         """A Spark job of a batch failed: the batch is retried, unless no retry can fix the failure."""
-        fatal = fatal_message(exc)
-        limit = self.conf[cfg.SQUALL_WAVE_MAX_FAILURES]
         with self._lock:
             self._failed_jobs_in_a_row += 1
             in_a_row = self._failed_jobs_in_a_row
-        if fatal is None and in_a_row < limit:
+        why = stop_reason(exc, in_a_row, self.conf[cfg.SQUALL_WAVE_MAX_FAILURES], f"Spark jobs (the last {what})")
+        if why is None:
             log.exception("%s: %s failed", self.name, what)
             return
-        if fatal is None:
-            cause = python_error_line(str(exc)) or f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500]}"
-            fatal = f"{limit} Spark jobs in a row failed; the last, {what}, with {cause}"
-        self._stop(fatal)
+        self._stop(why)
 
     def _stop(self, why: str) -> None:
         if self.failure is None:
