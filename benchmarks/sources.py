@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from squall import TopologyBuilder
+from squall import BasicBolt, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
 from squall.connectors.rabbitmq import RabbitMQSpout, connect, publish
 from squall.connectors.redis_streams import RedisStreamSpout, append
@@ -28,9 +28,22 @@ from squall.runner import load_module
 from squall.spark.context import spark_context
 from squall.testing import FeederSpout, TestCluster
 
-# The word-count benchmark's bolts: the example's split, and a count that only counts.
-WORD_COUNT = load_module(Path(__file__).parent / "word_count.py")
-SENTENCES, Split, Count = WORD_COUNT.SENTENCES, WORD_COUNT.Split, WORD_COUNT.Count
+# The example's sentences and split bolt; its count bolt writes to SQLite, this one only counts.
+EXAMPLE = load_module(Path(__file__).parent.parent / "examples" / "word_count.py")
+SENTENCES, Split = EXAMPLE.SENTENCES, EXAMPLE.SplitSentence
+
+
+class Count(BasicBolt):
+    outputs = ("word", "count")
+
+    def prepare(self, conf, context):
+        self.counts = {}
+
+    def execute(self, tup, collector):
+        word = tup[0]
+        self.counts[word] = self.counts.get(word, 0) + 1
+
+
 CONF = {"topology.max.spout.pending": 5000, "squall.wave.spout.batch": 5000}
 
 
