@@ -84,7 +84,7 @@ def measure(max_pending: int, batches: int, waits: bool = True, phases: dict | N
                 setattr(run, f"_{name}", _timed(phases, name, getattr(run, f"_{name}")))
         started = time.perf_counter()
         while run.coordinator.last_committed < batches:
-            if not run.step().delivered:
+            if run.step().idle:
                 time.sleep(0.005)
         return batches / (time.perf_counter() - started)
 

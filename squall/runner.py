@@ -102,7 +102,10 @@ def stats_table(stats: RunStats, topology: Topology) -> Table:
             str(c.malformed) if spec.kind == "spout" else "",
             str(c.errors),
         )
-    table.caption = f"waves {stats.waves} (failed {stats.failed_waves}) · pending trees {stats.pending}"
+    table.caption = (
+        f"waves {stats.waves} (failed {stats.failed_waves}, worker restarts {stats.restarts})"
+        f" · pending trees {stats.pending}"
+    )
     return table
 
 

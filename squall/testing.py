@@ -131,7 +131,7 @@ class TestCluster(LocalCluster):
                 run.wait_settled()
                 continue
             for _ in range(MAX_IDLE_WAVES):
-                if not run.step().delivered:
+                if run.step().idle:
                     break
             else:
                 raise SquallError(f"topology {run.name!r} did not go idle in {MAX_IDLE_WAVES} waves")

@@ -27,7 +27,7 @@ def run_until(run, done, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not done():
         assert time.monotonic() < deadline, "timed out"
-        if not run.step().delivered:
+        if run.step().idle:
             time.sleep(0.02)
 
 

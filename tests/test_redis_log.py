@@ -22,7 +22,7 @@ class Recorder:
 
 def run_until_committed(run, txid: int) -> None:
     while run.coordinator.last_committed < txid:
-        if not run.step().delivered:
+        if run.step().idle:
             time.sleep(0.01)
 
 

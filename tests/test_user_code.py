@@ -128,7 +128,7 @@ def test_a_component_that_cannot_be_unpickled_on_a_worker_stops_the_topology(clu
     task = run.topology.task_ids("broken")[0]
     assert f"component 'broken' task {task}: cannot be unpickled on a Spark worker" in message
     assert "ImportError: No module named 'only_on_the_driver'" in message
-    assert run.stats.waves == 0 and run.stats.failed_waves == 1  # stopped at once, not replayed
+    assert run.stats.waves == 0 and run.stats.restarts == 4  # stopped after Spark's 4 attempts, not replayed
     with pytest.raises(TopologyFailed):  # and it stays stopped
         cluster.wait_idle()
 
@@ -144,7 +144,7 @@ def test_a_prepare_that_raises_on_every_attempt_stops_the_topology(cluster):
         f"component 'broken' task {task}: prepare() raised: ConnectionRefusedError: "
         "database at 127.0.0.1:1 refused the connection"
     ) in str(failed.value)
-    assert run.stats.failed_waves == 1 and feeder.acked == set()
+    assert run.stats.restarts == 4 and feeder.acked == set()  # Spark's 4 attempts
 
 
 def test_a_prepare_that_raises_once_is_retried_by_spark(cluster, tmp_path):

@@ -24,7 +24,10 @@ SQUALL_SPARK_CONF = "squall.spark.conf"  # {spark key: value} passed to the Spar
 SQUALL_SPARK_UI = "squall.spark.ui"  # Spark's own web UI
 # Where bolt state is checkpointed: any Hadoop-compatible URL (file:, hdfs:, s3a:) or a local path
 SQUALL_CHECKPOINT_DIR = "squall.checkpoint.dir"
-SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # next_tuple calls per spout task per wave
+SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # at most this many next_tuple calls per spout task per wave
+SQUALL_WAVE_TARGET_MS = "squall.wave.target.ms"  # waves size themselves to take about this long
+SQUALL_WAVE_MAX_INFLIGHT = "squall.wave.max.inflight"  # waves running at once
+SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt tasks (None: one per core, at most)
 SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
@@ -46,7 +49,10 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_SPARK_CONF: {},
     SQUALL_SPARK_UI: False,
     SQUALL_CHECKPOINT_DIR: None,
-    SQUALL_WAVE_SPOUT_BATCH: 1000,
+    SQUALL_WAVE_SPOUT_BATCH: 20_000,
+    SQUALL_WAVE_TARGET_MS: 200,
+    SQUALL_WAVE_MAX_INFLIGHT: 2,
+    SQUALL_WORKERS: None,
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
@@ -137,6 +143,9 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_SPARK_UI: _bool,
     SQUALL_CHECKPOINT_DIR: _optional(_path_or_url),
     SQUALL_WAVE_SPOUT_BATCH: _int_at_least(1),
+    SQUALL_WAVE_TARGET_MS: _positive_number,
+    SQUALL_WAVE_MAX_INFLIGHT: _int_at_least(1),
+    SQUALL_WORKERS: _optional(_int_at_least(1)),
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,

@@ -65,10 +65,11 @@ class NoneGrouping(ShuffleGrouping):
 
 
 class LocalOrShuffleGrouping(ShuffleGrouping):
-    """Prefer a target in the emitter's worker process, else shuffle.
+    """Prefer a target in the emitter's worker, else shuffle.
 
-    Every squall task runs in its own Spark partition, so no target is known to
-    be local and this shuffles.
+    The runtime hands the router only the targets hosted by the emitter's worker when there are any
+    (between components of equal parallelism, task ``i`` and task ``i`` share a worker); the driver's
+    spouts have none, so they shuffle over all.
     """
 
     name = "local_or_shuffle"

@@ -1,20 +1,20 @@
-"""A bolt task as it runs inside a Spark partition, and how its state survives.
+"""A bolt task as it runs inside a worker, and how its state survives.
 
-A task's state is the bolt object's attributes. After each wave that gave the
-task input, they are pickled into a ``Snapshot`` that becomes the task's
-partition of the bolt's state RDD, cached by Spark and checkpointed
-periodically, so it survives a Python worker or executor dying.
+A task's state is the bolt object's attributes. After each wave in which the
+task executed something, they are pickled into a ``Snapshot`` that travels to
+the driver in the task's report, so it survives the worker's Python process or
+its executor dying.
 
 A task instance is (re)built wherever it runs: the shipped bolt unpickled,
 ``prepare()`` (where connections are made), then the snapshot's attributes
 laid over it. References to the bolt itself, its collector and its context are
 re-bound to the new instance's; only attributes that truly cannot be pickled
 (sockets, connections, locks) are left out and come from ``prepare()``.
-A bolt that cannot be unpickled or whose ``prepare()`` raises fails the task
-with ``TaskSetupError``, for Spark to retry and the driver to stop on.
+A bolt that cannot be unpickled or whose ``prepare()`` raises fails with
+``TaskSetupError``, which stops the topology once Spark's retries are spent.
 
-A Python worker keeps the live instance after a wave; when the next wave of the
-same task lands on the same worker with the snapshot it produced, the instance
+A Python worker keeps live instances (``LIVE``); when a task restarts in the
+same process from the snapshot its live instance last produced, that instance
 is reused as is, with no rebuild.
 """
 
@@ -23,9 +23,6 @@ from __future__ import annotations
 import io
 import logging
 import pickle
-from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 from pyspark import cloudpickle
@@ -33,32 +30,15 @@ from pyspark import cloudpickle
 from squall.model.components import BasicBolt
 from squall.model.errors import FailedException
 from squall.model.topology import TopologyContext
+from squall.model.tuple import TICK_COMPONENT, Tuple
 from squall.reliability.ids import IdGenerator
-from squall.spark.collectors import BasicOutputCollector, OutputCollector, TaskStatus
+from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.failures import TaskSetupError
-from squall.spark.records import Out, to_tuple
+from squall.spark.protocol import Batch, RunSettings, Snapshot, TaskStatus
+from squall.spark.records import TICK_FIELDS
 from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
-from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.task")
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    version: int  # the wave that produced it
-    blob: bytes
-
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """What a bolt task needs to know about the wave it runs in."""
-
-    run_id: str
-    wave: int
-    seed: int
-    acking: bool
-    capture: bool
-    simulated_now: float | None = None  # the wave's time on a simulated clock, for squall.time.now()
 
 
 class _StatePickler(cloudpickle.Pickler):
@@ -84,16 +64,26 @@ class _StateUnpickler(pickle.Unpickler):
 
 
 class BoltTask:
-    def __init__(self, shipped: ShippedTopology, component: str, task: int, plan: TaskPlan) -> None:
+    def __init__(
+        self,
+        shipped: ShippedTopology,
+        component: str,
+        task: int,
+        settings: RunSettings,
+        local_tasks: frozenset[int] = frozenset(),
+    ) -> None:
         topology = shipped.topology
         spec = topology.components[component]
         self.component, self.task = component, task
+        self.settings = settings
+        self.version: int | None = None  # the wave of the snapshot this instance's state equals
         self.bolt = new_component(shipped, component, task)
         self.context = TopologyContext(topology, component, task)
-        self.collector = OutputCollector(topology, component, task, plan.acking, plan.capture)
+        self.collector = OutputCollector(topology, component, task, settings.acking, settings.capture, local_tasks)
         self.basic = isinstance(self.bolt, BasicBolt)
         self.basic_collector = BasicOutputCollector(self.collector) if self.basic else None
         self._topology = topology
+        self._fields: dict[tuple[str, str], Any] = {}
         self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
         task_conf = {**shipped.conf, **spec.conf}
         try:
@@ -130,21 +120,39 @@ class BoltTask:
                     self.unpicklable.add(key)
                     del state[key]
             blob = self._dumps(state, own)
+        self.version = version
         return Snapshot(version, blob)
 
     def restore(self, snapshot: Snapshot) -> None:
         state = _StateUnpickler(io.BytesIO(snapshot.blob), self._own()).load()
         vars(self.bolt).update(state)
+        self.version = snapshot.version
 
     # -- execution -----------------------------------------------------------
-    def begin_wave(self, plan: TaskPlan) -> None:
-        ids = IdGenerator([plan.seed, plan.wave, self.task])  # the same ids if Spark recomputes
-        self.collector.next_id = ids.next_id
-        self.collector.status = TaskStatus()
-        self.collector.captured = []
+    def begin_wave(self, generation: int, wave: int) -> None:
+        ids = IdGenerator([self.settings.seed, wave, self.task])  # a replayed wave draws the same ids
+        collector = self.collector
+        collector.next_id = ids.next_id
+        collector.generation, collector.wave = generation, wave
+        collector.status = TaskStatus()
+        collector.captured = []
 
-    def execute(self, record: tuple) -> None:
-        tup = to_tuple(self._topology, record)
+    def _fields_of(self, component: str, stream: str) -> Any:
+        fields = self._fields.get((component, stream))
+        if fields is None:
+            if component == TICK_COMPONENT:
+                fields = TICK_FIELDS
+            else:
+                fields = self._topology.components[component].streams[stream]
+            self._fields[(component, stream)] = fields
+        return fields
+
+    def execute_batch(self, batch: Batch) -> None:
+        component, source = batch.component, batch.source
+        for stream, values, anchors in batch.rows():
+            self.execute(Tuple(values, self._fields_of(component, stream), component, source, stream, anchors))
+
+    def execute(self, tup: Tuple) -> None:
         self.collector.status.executed += 1
         try:
             if self.basic:
@@ -160,68 +168,40 @@ class BoltTask:
             self.collector.report_error(exc)
             self.collector.fail(tup)
 
-    def drain(self) -> list[tuple]:
-        out, self.collector.out = self.collector.out, []
-        return out
+
+# (run_id, task) -> live task; one per task per Python worker
+LIVE: dict[tuple[str, int], BoltTask] = {}
 
 
-# (run_id, task) -> (snapshot version, live task); one per task per Python worker
-_LIVE: dict[tuple[str, int], tuple[int | None, BoltTask]] = {}
-
-
-def _forget_other_runs(run_id: str) -> None:
+def forget_other_runs(run_id: str) -> None:
     """A reused Python worker keeps live tasks of the runs it still has shipped, not of every run it saw."""
     kept = shipped_runs() | {run_id}
-    for key in [k for k in _LIVE if k[0] not in kept]:
-        del _LIVE[key]
+    for key in [k for k in LIVE if k[0] not in kept]:
+        del LIVE[key]
 
 
-def run_partition(
+def start_task(
     shipped: ShippedTopology,
-    component: str,
-    plan: TaskPlan,
-    driver_inputs: list[tuple],
-    index: int,
-    records: Iterator,
-) -> Iterator[tuple]:
-    """Run one bolt task: its state record comes first in ``records``, then its shuffled input.
+    task_id: int,
+    settings: RunSettings,
+    snapshot: Snapshot | None,
+    local_tasks: frozenset[int],
+) -> BoltTask:
+    """The task's live instance if its state equals ``snapshot``, else a new one restored from it."""
+    component = shipped.topology.component_of(task_id)
+    live = LIVE.pop((settings.run_id, task_id), None)  # taken out while running: a crash leaves nothing stale
+    version = snapshot.version if snapshot is not None else None
+    if live is not None and live.version == version:
+        live.collector.set_local_tasks(local_tasks)
+        return live
+    task = BoltTask(shipped, component, task_id, settings, local_tasks)
+    if snapshot is not None:
+        try:
+            task.restore(snapshot)
+        except Exception as exc:
+            raise TaskSetupError(component, task_id, "its saved state cannot be restored", exc) from exc
+    return task
 
-    ``driver_inputs`` are the tuples the driver sends this task (spout emits, ticks).
-    """
-    task_id = shipped.topology.task_ids(component)[index]
-    use_simulated_time(plan.simulated_now)  # prepare() may read the clock too
-    records = iter(records)
-    first = next(records, None)
-    if first is None or first[1][0] != Out.STATE:
-        raise RuntimeError(f"{component} task {task_id}: partition {index} does not start with its state")
-    snapshot: Snapshot | None = first[1][1]
-    version = snapshot.version if snapshot else None
 
-    _forget_other_runs(plan.run_id)
-    live = _LIVE.pop((plan.run_id, task_id), None)  # taken out while running: a crash leaves nothing stale
-    if live is not None and live[0] == version:
-        task = live[1]
-    else:
-        task = BoltTask(shipped, component, task_id, plan)
-        if snapshot is not None:
-            try:
-                task.restore(snapshot)
-            except Exception as exc:
-                raise TaskSetupError(component, task_id, "its saved state cannot be restored", exc) from exc
-    task.begin_wave(plan)
-
-    executed = 0
-    for payload in chain(driver_inputs, (payload for _, payload in records)):
-        task.execute(payload[2])
-        executed += 1
-        if len(task.collector.out) >= 4096:
-            yield from task.drain()
-    yield from task.drain()
-
-    if executed:
-        snapshot = task.snapshot(plan.wave)
-        task.collector.status.unpicklable = sorted(task.unpicklable)
-    _LIVE[(plan.run_id, task_id)] = (snapshot.version if snapshot else None, task)
-    yield (index, (Out.STATE, snapshot))
-    report = (Out.STATUS, task.collector.status, task.collector.captured, task.collector.take_acks())
-    yield (("status", component, task_id), report)
+def keep_live(task: BoltTask) -> None:
+    LIVE[(task.settings.run_id, task.task)] = task

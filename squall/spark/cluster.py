@@ -142,7 +142,7 @@ class LocalCluster:
                     log.error("%s", self.failures[run.name])
                     return
                 info = None
-            if info is None or not info.delivered:
+            if info is None or info.idle:
                 stop.wait(sleep)
 
     def kill_topology(self, name: str) -> None:

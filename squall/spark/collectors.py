@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from squall.model.components import DEFAULT_STREAM
@@ -13,22 +12,10 @@ from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, fail_messages
 from squall.spark.acks import ACK, FAIL, RESET, AckBatch
-from squall.spark.records import Out, Routes, check_emit, direct_target
+from squall.spark.protocol import Batch, TaskStatus
+from squall.spark.records import Routes, check_emit, direct_target
 
 log = logging.getLogger("squall")
-
-
-@dataclass
-class TaskStatus:
-    """What a task reports back to the driver after a wave."""
-
-    executed: int = 0
-    emitted: int = 0
-    acked: int = 0
-    failed: int = 0
-    malformed: int = 0
-    errors: list[str] = field(default_factory=list)
-    unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
 
 
 def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
@@ -39,34 +26,58 @@ def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
     return list(anchors)
 
 
-class OutputCollector:
-    """A bolt task's collector: emits are routed by the groupings, acks go to the acker.
+CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
 
-    Output records accumulate until the task drains them.
+
+class OutputCollector:
+    """A bolt task's collector: emits are routed by the groupings into a ``Batch`` per target task; acks are
+    buffered for the acker.
+
+    A batch that reaches ``CHUNK_ROWS`` goes to ``ship`` at once; the rest stay in ``outbox`` until the task
+    ends its wave (``take_batches``).
     """
 
-    def __init__(self, topology: Topology, component: str, task: int, acking: bool, capture: bool) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        component: str,
+        task: int,
+        acking: bool,
+        capture: bool,
+        local_tasks: frozenset[int] = frozenset(),
+    ) -> None:
         self._topology = topology
         self._component = component
         self._task = task
         self._acking = acking
         self._capture = capture
-        self._routes = Routes(topology, component, task)
-        self._task_index = {t: i for c in topology.components.values() for i, t in enumerate(c.tasks)}
+        self._routes = Routes(topology, component, task, local_tasks)
         self.next_id: Callable[[], int] = lambda: 0
-        self.out: list[tuple] = []  # emits, keyed by target task index
+        self.generation = 0
+        self.wave = 0
+        self.outbox: dict[int, Batch] = {}  # target task -> this wave's emits to it not yet shipped
+        self.ship: Callable[[Batch], None] | None = None
         self.ack_roots: list[int] = []  # ack, fail and reset messages, reduced into an AckBatch by take_acks()
         self.ack_values: list[int] = []
         self.ack_kinds: list[int] = []
         self.status = TaskStatus()
         self.captured: list[tuple] = []  # default-stream emits, when testing asks for them
 
+    def set_local_tasks(self, local_tasks: frozenset[int]) -> None:
+        """The tasks that share this task's worker, after it moved."""
+        self._routes = Routes(self._topology, self._component, self._task, local_tasks)
+
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
         parents = _anchor_list(anchors) if self._acking else []
-        for bolt, task in targets:
-            edges = anchor(parents, self.next_id) if parents else {}
-            record = (values, self._component, self._task, stream, edges)
-            self.out.append((self._task_index[task], (Out.EMIT, bolt, record)))
+        outbox = self.outbox
+        for _, task in targets:
+            batch = outbox.get(task)
+            if batch is None:
+                batch = outbox[task] = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
+            batch.add(stream, values, anchor(parents, self.next_id) if parents else {})
+            if len(batch.values) >= CHUNK_ROWS and self.ship is not None:
+                del outbox[task]
+                self.ship(batch)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
         self.status.emitted += 1
@@ -114,6 +125,11 @@ class OutputCollector:
         if self._acking:
             for root in tup.anchors_to_ids:
                 self._ack_message(root, 0, RESET)
+
+    def take_batches(self) -> list[Batch]:
+        """The emits not shipped yet, one batch per target task; the outbox starts over."""
+        batches, self.outbox = list(self.outbox.values()), {}
+        return batches
 
     def take_acks(self) -> AckBatch:
         """This wave's ack messages, XOR-reduced per root; the buffers start over."""

@@ -1,21 +1,23 @@
 """The driver's side of a running topology: spouts, the acker ledger, timeouts, waves.
 
-Each ``step()`` is one wave at the clock's current time:
+Each ``step()`` sends at most one wave, at the clock's current time:
 
 1. rotate the timeout buckets that are due (expired trees fail with reason
    ``timeout``) and queue the tick tuples that are due;
-2. call ``next_tuple`` on every spout task within its ``max.spout.pending`` budget;
+2. call ``next_tuple`` on every spout task within its ``max.spout.pending`` budget
+   and the wave's size (``sizing.WaveSizer``);
 3. record the new trees' inits in the ledger;
-4. run the bolts as one Spark job (``wave.run_wave``);
-5. merge the XOR-reduced acks of the tasks' reports into the ledger and call ``ack``/``fail`` on the
-   exact spout task that emitted each settled tree.
+4. send the wave to the workers (``scheduler.WaveScheduler``), while up to
+   ``squall.wave.max.inflight`` earlier waves are still running;
+5. for each wave that completed, merge the XOR-reduced acks of its task reports
+   into the ledger and call ``ack``/``fail`` on the exact spout task that emitted
+   each settled tree.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,17 +30,18 @@ from squall.model import config as cfg
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
+from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
 from squall.reliability.anchoring import spout_edges
 from squall.reliability.ids import IdGenerator, new_id
 from squall.reliability.ledger import Outcome, PartitionedLedger
 from squall.reliability.rotating_map import RotatingMap
-from squall.spark.bolt_task import TaskPlan
 from squall.spark.clock import Clock
-from squall.spark.failures import stop_reason
-from squall.spark.records import Out, Routes, check_emit, direct_target, tick_record
-from squall.spark.shipping import pack, ship_topology
+from squall.spark.protocol import DRIVER, Batch, RunSettings
+from squall.spark.records import Routes, check_emit, direct_target
+from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
+from squall.spark.shipping import ship_topology
+from squall.spark.sizing import WaveSizer
 from squall.spark.stats import RunStats
-from squall.spark.wave import checkpointed_state, initial_state, run_wave, state_of
 from squall.time import simulated_time
 
 log = logging.getLogger("squall")
@@ -55,6 +58,12 @@ class PendingTuple:
 class WaveInfo:
     spout_emits: int
     delivered: int  # tuples handed to bolts by the driver (spout emits and ticks)
+    completed: int = 0  # waves that completed, their acks applied
+
+    @property
+    def idle(self) -> bool:
+        """Nothing was sent and nothing completed: the topology has nothing to do until time passes."""
+        return not self.delivered and not self.completed
 
 
 class SpoutOutputCollector:
@@ -119,21 +128,27 @@ class TopologyRun:
         self.next_rotation = self.started_at + self.timeout
         self.wave = 0
         self._seed = IdGenerator().next_id()
-        self._task_index = {t: i for c in topology.components.values() for i, t in enumerate(c.tasks)}
         self._ticks = self._tick_schedule()
-        self._records: dict[str, dict[int, list[tuple]]] = defaultdict(lambda: defaultdict(list))
+        self._outgoing: dict[int, dict[tuple[str, int], Batch]] = defaultdict(dict)  # task -> the next wave's
         self._inits: list[tuple[int, int, int]] = []
         self._immediate_acks: list[tuple[int, Any]] = []
         self._pending_per_task: dict[int, int] = defaultdict(int)
         self._spout_emits = 0
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
-        self._failed_in_a_row = 0
         self._warned_unpicklable: set[str] = set()
+        self.max_inflight: int = self.conf[cfg.SQUALL_WAVE_MAX_INFLIGHT]
+        self.sizer = WaveSizer(self.conf[cfg.SQUALL_WAVE_TARGET_MS] / 1000.0, self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH])
         self._broadcast = ship_topology(sc, topology, self.conf, list(topology.bolts))  # spouts stay here
-        self._state = {b: initial_state(sc, spec.parallelism) for b, spec in topology.bolts.items()}
-        self._outputs: dict = {}  # each bolt's latest wave output, persisted: it holds the state
-        self._since_checkpoint: dict[str, int] = defaultdict(int)
-        self._lineage: list[tuple[Any, set[str]]] = []  # input broadcasts that state lineage still needs
+        self.scheduler = WaveScheduler(
+            sc,
+            topology,
+            RunSettings(self.run_id, self._seed, self.acking, capture),
+            self._broadcast,
+            worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS]),
+            self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
+            name,
+            self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
+        )
         self.spouts = [SpoutTask(self, cid, t) for cid, spec in topology.spouts.items() for t in spec.tasks]
         self._spout_by_task = {s.task: s for s in self.spouts}
 
@@ -151,15 +166,21 @@ class TopologyRun:
             edges = [{} for _ in targets]
             if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
-        for (bolt, target), edge_ids in zip(targets, edges, strict=True):
-            record = (values, component, task, stream, edge_ids)
-            self._records[bolt][self._task_index[target]].append((Out.EMIT, bolt, record))
+        for (_, target), edge_ids in zip(targets, edges, strict=True):
+            self._batch_for(target, component, task).add(stream, values, edge_ids)
         if self.capture and stream == DEFAULT_STREAM:
             self.captured[component].append(values)
         return [t for _, t in targets]
 
+    def _batch_for(self, target: int, component: str, source: int) -> Batch:
+        per_source = self._outgoing[target]
+        batch = per_source.get((component, source))
+        if batch is None:
+            batch = per_source[(component, source)] = Batch(0, 0, DRIVER, component, source, target)
+        return batch
+
     def _call_spouts(self) -> None:
-        batch = self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH]
+        batch = self.sizer.calls_per_spout_task()
         for s in self.spouts:
             for _ in range(batch):
                 if self.max_pending is not None and self._pending_per_task[s.task] >= self.max_pending:
@@ -237,22 +258,30 @@ class TopologyRun:
         for bolt, schedule in self._ticks.items():
             freq, due = schedule
             while now >= due:
-                for index in range(len(self.topology.task_ids(bolt))):
-                    self._records[bolt][index].append((Out.EMIT, bolt, tick_record(freq)))
+                for task in self.topology.task_ids(bolt):
+                    self._batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,), {})
                 due += freq
             schedule[1] = due
 
     # -- one wave ------------------------------------------------------------
     def step(self) -> WaveInfo:
         """One wave; raises ``TopologyFailed`` once a failure no retry can fix has stopped the topology."""
+        if self.failure is None:
+            self.failure = self.scheduler.failure
         if self.failure is not None:
             raise self.failure
         now = self.clock.now()
         with simulated_time(now if self.clock.simulated else None):
-            return self._step(now)
+            try:
+                return self._step(now)
+            except TopologyFailed as failure:
+                self.failure = failure
+                self.stats.restarts = self.scheduler.recoveries
+                raise
 
     def _step(self, now: float) -> WaveInfo:
         self._fire_timers(now)
+        completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         self._spout_emits = 0
         self._call_spouts()
         emits = self._spout_emits
@@ -260,111 +289,57 @@ class TopologyRun:
             roots, values, tasks = (np.array(c, dtype=np.uint64) for c in zip(*self._inits, strict=True))
             self._inits = []
             self._dispatch(self.ledger.merge(roots, values, init_tasks=tasks.astype(np.int64)))
-        records, self._records = self._records, defaultdict(lambda: defaultdict(list))
-        delivered = sum(len(r) for per_task in records.values() for r in per_task.values())
+        outgoing, self._outgoing = self._outgoing, defaultdict(dict)
+        inputs = {task: list(per_source.values()) for task, per_source in outgoing.items()}
+        delivered = sum(len(b.values) for batches in inputs.values() for b in batches)
         if delivered:
-            self._run_bolts(records)
-            if self.failure is not None:
-                raise self.failure
+            self.wave = self.scheduler.send(inputs, self.clock.now() if self.clock.simulated else None)
+            self.sizer.sent(self.wave, emits)
+        # With a wave just sent, wait only for room; with nothing to send, wait for every wave in flight.
+        completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
         self.stats.pending = len(self.pending)
+        self.stats.restarts = self.scheduler.recoveries
         if emits or self.stats.pending:
             self.last_activity = self.clock.now()
-        return WaveInfo(emits, delivered)
+        return WaveInfo(emits, delivered, completed)
 
     def idle_for(self) -> float:
         """Seconds since a spout last emitted or a tree was pending (ticks do not count)."""
         return 0.0 if len(self.pending) else self.clock.now() - self.last_activity
 
-    def _run_bolts(self, records: dict[str, dict[int, list[tuple]]]) -> None:
-        self.wave += 1
-        simulated_now = self.clock.now() if self.clock.simulated else None
-        plan = TaskPlan(self.run_id, self.wave, self._seed, self.acking, self.capture, simulated_now)
-        # One pickle per task: a task unpickles only its own tuples, and values of shipped classes travel too.
-        inputs = self.sc.broadcast(
-            {
-                bolt: {index: pack(payloads) for index, payloads in per_task.items()}
-                for bolt, per_task in records.items()
-            }
-        )
-        started = time.monotonic()
-        try:
-            result = run_wave(
-                self.sc,
-                self.topology,
-                self.run_id,
-                self._broadcast,
-                inputs,
-                set(records),
-                plan,
-                self._state,
-            )
-        except Exception as exc:
-            # The wave's state changes are discarded; its trees time out and replay.
-            inputs.destroy()
-            self._wave_failed(exc)
-            return
-        self._failed_in_a_row = 0
-        self.stats.waves += 1
-        log.debug("wave %d ran in %.3fs", self.wave, time.monotonic() - started)
-        self._keep_state(result.outputs, inputs)
-        for (component, _task), status in result.status.items():
-            self.stats.of(component).add(status)
-            if status.unpicklable and component not in self._warned_unpicklable:
-                self._warned_unpicklable.add(component)
-                log.warning(
-                    "bolt %s: attributes %s cannot be pickled; they are left out of its task snapshots and"
-                    " made again by prepare() wherever a task is rebuilt",
-                    component,
-                    status.unpicklable,
-                )
-            for text in status.errors:
-                log.error("bolt error in topology %s: %s", self.name, text)
-        for (component, _task), values in sorted(result.captured.items()):
-            self.captured[component].extend(values)
-        if self.acking and len(result.acks):
-            for partition, acks in enumerate(result.acks.by_partition(self.num_ackers)):
-                for root in acks.roots[acks.reset].tolist():
-                    entry = self.pending.get(root)
-                    if entry is not None:
-                        self.pending.put(root, entry)
-                if len(acks):
-                    self._dispatch(
-                        self.ledger.partitions[partition].merge(acks.roots, acks.xors, None, acks.failed, acks.reset)
+    def _apply(self, waves: list[CompletedWave]) -> int:
+        """Fold in completed waves, in wave order: counters, errors, captured emits, then acks."""
+        for wave in waves:
+            self.stats.waves += 1
+            self.sizer.completed(wave.wave, wave.seconds)
+            for (component, _task), status in wave.status.items():
+                self.stats.of(component).add(status)
+                if status.unpicklable and component not in self._warned_unpicklable:
+                    self._warned_unpicklable.add(component)
+                    log.warning(
+                        "bolt %s: attributes %s cannot be pickled; they are left out of its task snapshots and"
+                        " made again by prepare() wherever a task is rebuilt",
+                        component,
+                        status.unpicklable,
                     )
+                for text in status.errors:
+                    log.error("bolt error in topology %s: %s", self.name, text)
+            for (component, _task), values in sorted(wave.captured.items()):
+                self.captured[component].extend(values)
+            if self.acking and len(wave.acks):
+                self._merge_acks(wave)
+        return len(waves)
 
-    def _wave_failed(self, exc: Exception) -> None:
-        """A wave whose job failed: replayed through timeouts, unless no retry can fix it."""
-        self.stats.failed_waves += 1
-        self._failed_in_a_row += 1
-        why = stop_reason(exc, self._failed_in_a_row, self.conf[cfg.SQUALL_WAVE_MAX_FAILURES], "waves")
-        if why is None:
-            log.exception("wave %d of topology %s failed; its tuples will time out and replay", self.wave, self.name)
-            return
-        self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
-        log.error("%s", self.failure)
-
-    def _keep_state(self, outputs: dict, inputs: Any) -> None:
-        """Adopt the wave's outputs as the bolts' state; checkpoint those that are due."""
-        interval = self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL]
-        self._lineage.append((inputs, set(outputs)))
-        for bolt, out in outputs.items():
-            previous = self._outputs.get(bolt)
-            self._outputs[bolt] = out
-            self._since_checkpoint[bolt] += 1
-            if self._since_checkpoint[bolt] >= interval:
-                replaced, self._state[bolt] = self._state[bolt], checkpointed_state(out)
-                replaced.unpersist(blocking=False)  # a previous checkpoint's cache, if any
-                self._since_checkpoint[bolt] = 0
-                for _, needed_by in self._lineage:
-                    needed_by.discard(bolt)
-            else:
-                self._state[bolt] = state_of(out)
-            if previous is not None:
-                previous.unpersist(blocking=False)
-        for bc, needed_by in self._lineage:
-            if not needed_by:
-                bc.destroy()
-        self._lineage = [(bc, needed_by) for bc, needed_by in self._lineage if needed_by]
+    def _merge_acks(self, wave: CompletedWave) -> None:
+        for partition, acks in enumerate(wave.acks.by_partition(self.num_ackers)):
+            for root in acks.roots[acks.reset].tolist():
+                entry = self.pending.get(root)
+                if entry is not None:
+                    self.pending.put(root, entry)
+            if len(acks):
+                self._dispatch(
+                    self.ledger.partitions[partition].merge(acks.roots, acks.xors, None, acks.failed, acks.reset)
+                )
 
     def close(self) -> None:
         for s in self.spouts:
@@ -372,8 +347,5 @@ class TopologyRun:
                 s.spout.close()
             except Exception:
                 log.exception("spout %s task %d raised in close()", s.component, s.task)
-        for rdd in [*self._state.values(), *self._outputs.values()]:
-            rdd.unpersist(blocking=False)
-        for bc, _ in self._lineage:
-            bc.destroy()
+        self.scheduler.close()
         self._broadcast.destroy()

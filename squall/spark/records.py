@@ -1,7 +1,6 @@
-"""What travels between tasks in a wave, and the checks every emit goes through.
+"""The checks every emit goes through, and where plain emits are routed.
 
-A delivered tuple travels as ``(values, source_component, source_task, stream,
-anchors_to_ids)``. Task outputs are tagged tuples (see ``Out``).
+What then travels between tasks is a ``protocol.Batch``.
 """
 
 from __future__ import annotations
@@ -16,18 +15,11 @@ from typing import Any
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import SquallError
 from squall.model.fields import Fields
+from squall.model.groupings import LocalOrShuffleGrouping
 from squall.model.topology import Topology
-from squall.model.tuple import TICK_COMPONENT, TICK_STREAM, Tuple
+from squall.model.tuple import TICK_STREAM
 
 TICK_FIELDS = Fields("rate_secs")
-
-
-class Out:
-    """Tags of a bolt task's output records."""
-
-    STATE = "S"  # (STATE, snapshot)                 keyed by this task's index
-    EMIT = "E"  # (EMIT, component, record)           keyed by the target task's index
-    STATUS = "X"  # (STATUS, TaskStatus, captured emits, AckBatch)  keyed by ("status", component, task)
 
 
 class SerializationError(SquallError, TypeError):
@@ -98,19 +90,6 @@ def check_emit(topology: Topology, component: str, stream: str, values: Any) -> 
     return tuple(values)
 
 
-def to_tuple(topology: Topology, record: tuple) -> Tuple:
-    values, component, task, stream, anchors_to_ids = record
-    if component == TICK_COMPONENT:
-        fields = TICK_FIELDS
-    else:
-        fields = topology.components[component].streams[stream]
-    return Tuple(values, fields, component, task, stream, anchors_to_ids)
-
-
-def tick_record(freq: float) -> tuple:
-    return ((freq,), TICK_COMPONENT, -1, TICK_STREAM, {})
-
-
 def direct_target(topology: Topology, component: str, stream: str, task: int) -> str:
     """The bolt that receives ``emit_direct(task, ...)`` on ``stream``; errors name what is wrong."""
     if not topology.is_direct_stream(component, stream):
@@ -131,8 +110,11 @@ def direct_target(topology: Topology, component: str, stream: str, task: int) ->
 class Routes:
     """Where a task's plain emits go, per stream: the subscribers and their groupings' routers."""
 
-    def __init__(self, topology: Topology, component: str, task: int) -> None:
+    def __init__(
+        self, topology: Topology, component: str, task: int, local_tasks: frozenset[int] = frozenset()
+    ) -> None:
         self._topology, self._component, self._task = topology, component, task
+        self._local_tasks = local_tasks  # tasks in this task's worker: local_or_shuffle keeps to them
         self._by_stream: dict[str, list[tuple[str, Any]]] = {}
 
     def _routers(self, stream: str) -> list[tuple[str, Any]]:
@@ -141,11 +123,18 @@ class Routes:
             raise EmitError(f"component {component!r} emitted on direct stream {stream!r}; use emit_direct(task, ...)")
         fields = topology.stream_fields(component, stream)
         routers = [
-            (bolt, sub.grouping.router(self._task, topology.task_ids(bolt), fields))
+            (bolt, sub.grouping.router(self._task, self._candidates(bolt, sub.grouping), fields))
             for bolt, sub in topology.subscribers(component, stream)
         ]
         self._by_stream[stream] = routers
         return routers
+
+    def _candidates(self, bolt: str, grouping: Any) -> tuple[int, ...]:
+        tasks = self._topology.task_ids(bolt)
+        if isinstance(grouping, LocalOrShuffleGrouping):
+            local = tuple(t for t in tasks if t in self._local_tasks)
+            return local or tasks
+        return tasks
 
     def targets(self, stream: str, values: Sequence) -> list[tuple[str, int]]:
         """``[(bolt, target_task), ...]`` for a plain emit of ``values`` on ``stream``."""
@@ -159,11 +148,8 @@ __all__ = [
     "DEFAULT_STREAM",
     "TICK_STREAM",
     "EmitError",
-    "Out",
     "SerializationError",
     "check_emit",
     "Routes",
     "direct_target",
-    "tick_record",
-    "to_tuple",
 ]

@@ -57,7 +57,8 @@ class ComponentStats:
 class RunStats:
     components: dict[str, ComponentStats] = field(default_factory=dict)
     waves: int = 0
-    failed_waves: int = 0
+    failed_waves: int = 0  # transactional batches whose try failed
+    restarts: int = 0  # times the workers restarted from the last completed wave, after one was lost
     pending: int = 0
 
     def of(self, component: str) -> ComponentStats:

@@ -39,14 +39,21 @@ from squall.model import config as cfg
 from squall.model.components import BasicBolt
 from squall.model.errors import FailedException, SquallError, TopologyFailed
 from squall.model.topology import Topology, TopologyContext
+from squall.model.tuple import Tuple
 from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.driver import WaveInfo
 from squall.spark.failures import TaskSetupError, stop_reason
-from squall.spark.records import Out, to_tuple
+from squall.spark.protocol import (
+    BatchTaskReport,
+    Delivery,
+    EmitterCounts,
+    EmitterFailed,
+    PartitionEmitted,
+    UpstreamFailed,
+)
 from squall.spark.shipping import load_shipped, new_component, pickle_component, ship_topology
 from squall.spark.stats import RunStats
-from squall.spark.wave import _emits_for, _task_index
 from squall.time import use_simulated_time
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
@@ -57,11 +64,19 @@ log = logging.getLogger("squall.transactional")
 
 
 # -- worker side ---------------------------------------------------------------
-_UPSTREAM_FAILED = "__upstream_failed__"
-
-
 class _UpstreamFailed(Exception):
     pass
+
+
+def _task_index(key: int) -> int:
+    return key
+
+
+def _deliveries(topology: Topology, collector: OutputCollector):
+    """A collector's emits as ``(target task index, Delivery)`` records."""
+    for batch in collector.take_batches():
+        bolt = topology.component_of(batch.target)
+        yield topology.task_ids(bolt).index(batch.target), Delivery(bolt, batch)
 
 
 def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
@@ -84,12 +99,11 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
                 new_meta = spout.emit_partition_batch_new(attempt, collector, partition, meta)
         except Exception as exc:
             failure = "".join(traceback.format_exception(exc))
-            yield (None, ("F", f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
+            yield (None, EmitterFailed(f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
             return
-        yield (None, ("M", partition, new_meta))
-    emitted = sum(1 for _, payload in collector.out if payload[0] == Out.EMIT)
-    yield (None, ("N", emitted, collector.status.malformed))
-    yield from collector.out
+        yield (None, PartitionEmitted(partition, new_meta))
+    yield (None, EmitterCounts(collector.status.emitted, collector.status.malformed))
+    yield from _deliveries(topology, collector)
 
 
 def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
@@ -105,10 +119,10 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
     failure = None
     try:
         basic = isinstance(obj, BasicBolt)
-        records = list(records)
-        broken = [payload[2] for _, payload in records if payload[2][0] == _UPSTREAM_FAILED]
+        records = [message for _, message in records]
+        broken = [message for message in records if isinstance(message, UpstreamFailed)]
         if broken:  # an upstream task failed: this task's input is partial, so it must not finish
-            raise _UpstreamFailed(broken[0][1])
+            raise _UpstreamFailed(broken[0].what)
         try:
             if basic:
                 obj.prepare(task_conf, context)
@@ -117,14 +131,17 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
                 obj.prepare(task_conf, context, collector, attempt)
         except Exception as exc:
             raise TaskSetupError(bolt, task_id, "prepare() raised", exc) from exc
-        for _, payload in records:
-            tup = to_tuple(topology, payload[2])  # records were checked for failure markers above
-            collector.status.executed += 1
-            if basic:
-                basic_collector.input = tup
-                obj.execute(tup, basic_collector)
-            else:
-                obj.execute(tup)
+        for delivery in records:  # all Delivery: failure markers were checked above
+            batch = delivery.batch
+            for stream, values, _ in batch.rows():
+                fields = topology.stream_fields(batch.component, stream)
+                tup = Tuple(values, fields, batch.component, batch.source, stream)
+                collector.status.executed += 1
+                if basic:
+                    basic_collector.input = tup
+                    obj.execute(tup, basic_collector)
+                else:
+                    obj.execute(tup)
         if not basic:
             obj.finish_batch()
     except TaskSetupError:
@@ -137,24 +154,30 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
         failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
         logging.getLogger("squall.task").error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
     if failure is None:
-        yield from collector.out
+        yield from _deliveries(topology, collector)
     else:  # tell every downstream task, so that none finishes the batch on partial input
         for reader in {b for b, _ in topology.subscribers_of(bolt)}:
             for index in range(topology.components[reader].parallelism):
-                yield (index, (Out.EMIT, reader, (_UPSTREAM_FAILED, f"{bolt} task {task_id}")))
-    yield (None, (Out.STATUS, bolt, task_id, collector.status, collector.captured, failure))
+                yield (index, UpstreamFailed(reader, f"{bolt} task {task_id}"))
+    yield (None, BatchTaskReport(bolt, task_id, collector.status, collector.captured, failure))
 
 
-def _statuses(records):
-    for _, payload in records:
-        if payload[0] == Out.STATUS:
-            yield payload
+def _reports(records):
+    for _, message in records:
+        if isinstance(message, BatchTaskReport):
+            yield message
 
 
-def _not_emits(records):
-    for _, payload in records:
-        if payload[0] != Out.EMIT:
-            yield payload
+def _emitter_messages(records):
+    for _, message in records:
+        if not isinstance(message, Delivery):
+            yield message
+
+
+def _inputs_of(bolt: str, records):
+    for key, message in records:
+        if isinstance(message, (Delivery, UpstreamFailed)) and message.bolt == bolt:
+            yield key, message
 
 
 # -- driver side ---------------------------------------------------------------
@@ -304,21 +327,21 @@ class TransactionalRun:
         emitted = self.sc.parallelize(range(emitters), emitters).mapPartitionsWithIndex(job)
         emitted = emitted.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows = emitted.mapPartitions(_not_emits).collect()
+            rows = emitted.mapPartitions(_emitter_messages).collect()
         except Exception as exc:
             self._job_failed(exc, f"emitting batch {attempt!r}")
             emitted.unpersist()
             return None
-        failures = [row[1] for row in rows if row[0] == "F"]
+        failures = [row.text for row in rows if isinstance(row, EmitterFailed)]
         if failures:
             for text in failures:
                 log.error("%s: batch %r: %s", self.name, attempt, text)
             emitted.unpersist()
             return None
         self._job_succeeded()
-        metas = {str(row[1]): row[2] for row in rows if row[0] == "M"}
-        tuples = sum(row[1] for row in rows if row[0] == "N")
-        malformed = sum(row[2] for row in rows if row[0] == "N")
+        metas = {str(row.partition): row.meta for row in rows if isinstance(row, PartitionEmitted)}
+        tuples = sum(row.emitted for row in rows if isinstance(row, EmitterCounts))
+        malformed = sum(row.malformed for row in rows if isinstance(row, EmitterCounts))
         if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
             emitted.unpersist()
             return None
@@ -338,7 +361,7 @@ class TransactionalRun:
         for bolt in bolts:
             spec = self.topology.components[bolt]
             upstream = [
-                batch.outputs[src].mapPartitions(partial(_emits_for, bolt))
+                batch.outputs[src].mapPartitions(partial(_inputs_of, bolt))
                 for src in self.topology.sources_of(bolt)
                 if src in batch.outputs
             ]
@@ -349,14 +372,14 @@ class TransactionalRun:
             batch.keep(bolt, inputs.mapPartitionsWithIndex(task))
         if not bolts:
             return PhaseResult([], {})
-        rows = self.sc.union([batch.outputs[b].mapPartitions(_statuses) for b in bolts]).collect()
+        reports = self.sc.union([batch.outputs[b].mapPartitions(_reports) for b in bolts]).collect()
         failures, captured = [], defaultdict(list)
         with self._lock:
-            for _, component, _task, status, values, failure in sorted(rows, key=lambda r: (r[1], r[2])):
-                self.stats.of(component).add(status)
-                captured[component].extend(values)
-                if failure:
-                    failures.append(failure)
+            for report in sorted(reports, key=lambda r: (r.component, r.task)):
+                self.stats.of(report.component).add(report.status)
+                captured[report.component].extend(report.captured)
+                if report.failure:
+                    failures.append(report.failure)
         return PhaseResult(failures, dict(captured))
 
     def _process(self, batch: Batch) -> None:
@@ -429,7 +452,7 @@ class TransactionalRun:
         while not self.settled(since):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"transactional topology {self.name!r} did not settle in {timeout}s")
-            if not self.step().delivered:
+            if self.step().idle:
                 time.sleep(0.01)
 
     def close(self) -> None:

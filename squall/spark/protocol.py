@@ -1,0 +1,245 @@
+"""The messages of squall's data plane: what the driver, the hub and the worker tasks say to each other.
+
+Every message is a named, slotted dataclass; nothing is read by position.
+
+* ``Hello``        worker -> driver: a worker task (attempt) has connected.
+* ``Assign``       driver -> worker: the tasks it hosts, where every task lives, and the state to start from.
+* ``WaveInput``    driver -> worker: a wave begins; the driver's tuples (spout emits, ticks) for its tasks.
+* ``Batch``        task -> task: a producer's tuples for one target task in one wave; ``last`` ends its part.
+* ``TaskReport``   worker -> driver: a task finished a wave: its counters, XOR-reduced acks and new snapshot.
+* ``Stop``         driver -> worker: the run is over.
+
+On the wire a frame is an 8-byte header (payload length, destination worker or
+``TO_DRIVER``) and a pickle. The hub forwards frames between workers by their
+header without unpickling them. The first bytes a worker sends are the run's
+secret; nothing from a connection is unpickled before it matches.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark import cloudpickle
+
+from squall.spark.acks import AckBatch
+
+HEADER = struct.Struct("!Ii")  # payload length, destination worker
+TO_DRIVER = -1
+DRIVER = -1  # the producer id of tuples the driver sends (spout emits, ticks)
+SECRET_BYTES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A bolt task's pickled attributes after the wave ``version``."""
+
+    version: int
+    blob: bytes
+
+
+@dataclass(slots=True)
+class Batch:
+    """Tuples one producer sends one target task in one wave, as columns.
+
+    A row's anchors are ``(roots[i], edges[i])`` when it belongs to one tree, the common case;
+    a row in several trees (or none) has root 0 and its ``{root: edge}`` in ``trees[i]``, if any.
+    """
+
+    generation: int
+    wave: int
+    producer: int  # the producing task, or DRIVER
+    component: str  # the source component of every row
+    source: int  # the source task of every row
+    target: int
+    last: bool = False  # the producer sends nothing more to ``target`` in this wave
+    streams: list[str] = field(default_factory=list)
+    values: list[tuple] = field(default_factory=list)
+    roots: list[int] = field(default_factory=list)
+    edges: list[int] = field(default_factory=list)
+    trees: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def add(self, stream: str, values: tuple, anchors: dict[int, int]) -> None:
+        if len(anchors) == 1:
+            ((root, edge),) = anchors.items()
+            self.roots.append(root)
+            self.edges.append(edge)
+        else:
+            if anchors:
+                self.trees[len(self.roots)] = anchors
+            self.roots.append(0)
+            self.edges.append(0)
+        self.streams.append(stream)
+        self.values.append(values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def rows(self):
+        """``(stream, values, anchors_to_ids)`` for each row, in emission order."""
+        trees = self.trees
+        for i, (stream, values, root, edge) in enumerate(
+            zip(self.streams, self.values, self.roots, self.edges, strict=True)
+        ):
+            yield stream, values, ({root: edge} if root else trees.get(i, {}))
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What every task of a run needs to know beyond its topology."""
+
+    run_id: str
+    seed: int  # with the wave and the task, seeds a task's edge ids
+    acking: bool
+    capture: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    worker: int
+    attempt: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """Host ``tasks``, starting after wave ``base_wave`` from ``snapshots``; drop anything of older generations."""
+
+    generation: int
+    worker: int
+    settings: RunSettings
+    placement: dict[int, int]  # every bolt task -> the worker that hosts it
+    tasks: list[int]
+    base_wave: int
+    snapshots: dict[int, Snapshot | None]
+
+
+@dataclass(frozen=True, slots=True)
+class WaveInput:
+    """Wave ``wave`` begins: the driver's tuples for this worker's tasks, and the wave's simulated time."""
+
+    generation: int
+    wave: int
+    simulated_now: float | None
+    batches: list[Batch]
+
+
+@dataclass(slots=True)
+class TaskStatus:
+    """What a task counted in one wave."""
+
+    executed: int = 0
+    emitted: int = 0
+    acked: int = 0
+    failed: int = 0
+    malformed: int = 0
+    errors: list[str] = field(default_factory=list)
+    unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReport:
+    generation: int
+    wave: int
+    component: str
+    task: int
+    status: TaskStatus
+    acks: AckBatch
+    snapshot: Snapshot | None  # None when the task executed nothing: its state is unchanged
+    captured: list[tuple]  # default-stream emits, when testing asks for them
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailed:
+    """A worker task that cannot go on (its component does not unpickle, ``prepare()`` raised)."""
+
+    worker: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+def encode(message: Any, destination: int) -> bytes:
+    """A frame; cloudpickle, so that values of classes shipped by value (``shipping.py``) travel too."""
+    payload = cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(payload), destination) + payload
+
+
+class WorkerChannel:
+    """A worker task's blocking connection to the driver's hub."""
+
+    def __init__(self, address: tuple[str, int], secret: bytes) -> None:
+        self._sock = socket.create_connection(address)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.sendall(secret)
+        self._reader = self._sock.makefile("rb", buffering=1 << 20)
+
+    def send(self, message: Any, destination: int = TO_DRIVER) -> None:
+        self._sock.sendall(encode(message, destination))
+
+    def receive(self) -> Any:
+        """The next message, or None when the driver closed the connection."""
+        header = self._reader.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return None
+        length, _ = HEADER.unpack(header)
+        payload = self._reader.read(length)
+        if len(payload) < length:
+            return None
+        return pickle.loads(payload)
+
+    def close(self) -> None:
+        try:
+            self._reader.close()
+        finally:
+            self._sock.close()
+
+
+# -- transactional batches: what their emit and bolt jobs return -------------------------
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Tuples for ``bolt``'s task, keyed in the job's records by the task's index."""
+
+    bolt: str
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamFailed:
+    """Sent instead of tuples: the named upstream task failed, so this batch's input is partial."""
+
+    bolt: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class EmitterFailed:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEmitted:
+    partition: Any
+    meta: Any
+
+
+@dataclass(frozen=True, slots=True)
+class EmitterCounts:
+    emitted: int
+    malformed: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTaskReport:
+    component: str
+    task: int
+    status: TaskStatus
+    captured: list[tuple]
+    failure: str | None

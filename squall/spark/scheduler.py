@@ -1,0 +1,352 @@
+"""The wave scheduler: the run's workers on Spark, the waves in flight, and recovery.
+
+At start the scheduler launches the run's *worker job*: one long-lived Spark
+task per worker, each hosting some bolt tasks (``worker.py``). Waves go out as
+``WaveInput`` messages, up to ``squall.wave.max.inflight`` at once; workers
+pipeline them, each task strictly in wave order. A wave completes when every
+bolt task has reported it, and completed waves are handed to the driver in
+wave order, each exactly once: its acks are applied then, never before.
+
+The driver keeps every task's snapshot as of the last completed wave, and the
+driver's input of every wave still in flight. When a worker is lost (its
+Python process or executor dies, Spark retries its task, or the whole job
+fails and is launched again), every task restarts from those snapshots and
+the waves in flight are sent again, under a new *generation*: whatever an
+older generation still had on the wire is dropped. Nothing of a wave is
+applied twice, and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pyspark import SparkContext
+
+from squall.model.errors import TopologyFailed
+from squall.model.topology import Topology
+from squall.spark.acks import AckBatch
+from squall.spark.checkpoints import Checkpointer
+from squall.spark.context import runs_on_this_machine
+from squall.spark.failures import fatal_message, stop_reason
+from squall.spark.hub import Disconnected, Hub, Received
+from squall.spark.protocol import (
+    DRIVER,
+    Assign,
+    Batch,
+    Hello,
+    RunSettings,
+    Snapshot,
+    Stop,
+    TaskReport,
+    TaskStatus,
+    WaveInput,
+    WorkerFailed,
+)
+from squall.spark.worker import run_worker
+
+log = logging.getLogger("squall")
+
+READY_WARNING_SECS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnded:
+    launch: int
+    error: BaseException | None
+
+
+@dataclass
+class WaveInFlight:
+    wave: int
+    simulated_now: float | None
+    batches: dict[int, list[Batch]]  # worker -> the driver's batches for its tasks
+    sent_at: float
+    tuples: int
+    reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
+
+
+@dataclass
+class CompletedWave:
+    wave: int
+    seconds: float  # from sending to the last report
+    tuples: int  # the driver's tuples in it
+    acks: AckBatch
+    status: dict[tuple[str, int], TaskStatus]
+    captured: dict[tuple[str, int], list[tuple]]
+
+
+def worker_count(sc: SparkContext, topology: Topology, wanted: int | None) -> int:
+    """Workers for the run: as asked, else one per task of the widest bolt, with one executor core left free for
+    the other Spark jobs of the application (checkpoints, transactional batches, other topologies)."""
+    if not topology.bolts:
+        return 0
+    if wanted:
+        return wanted
+    widest = max(spec.parallelism for spec in topology.bolts.values())
+    return max(1, min(widest, sc.defaultParallelism - 1))
+
+
+def hub_host(sc: SparkContext) -> str:
+    master = sc.master
+    if runs_on_this_machine(master):
+        return "127.0.0.1"
+    conf = sc.getConf()
+    return conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host") or "0.0.0.0"
+
+
+class WaveScheduler:
+    def __init__(
+        self,
+        sc: SparkContext,
+        topology: Topology,
+        settings: RunSettings,
+        shipped: Any,
+        workers: int,
+        max_failures: int,
+        name: str,
+        checkpoint_interval: int,
+    ) -> None:
+        self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
+        self._shipped = shipped
+        self.workers = workers
+        self.max_failures = max_failures
+        self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
+        index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
+        self.placement = {t: index[t] % workers for t in self.tasks} if workers else {}
+        self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
+        self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
+        self.applied = 0
+        self.next_wave = 1
+        self.generation = 0
+        self.ready = False
+        self.failures_in_a_row = 0
+        self.recoveries = 0
+        self.failure: TopologyFailed | None = None
+        self._connections: dict[int, int] = {}  # worker -> connection
+        self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
+        self._launches = 0
+        self._job: threading.Thread | None = None
+        self._closing = False
+        self._waiting_since = time.monotonic()
+        self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
+        self.hub = Hub(hub_host(sc)) if workers else None
+        if workers:
+            self._launch()
+
+    # -- the worker job -----------------------------------------------------------
+    def _launch(self) -> None:
+        self._launches += 1
+        launch, hub, workers = self._launches, self.hub, self.workers
+        group = f"squall-workers-{self.settings.run_id}-{launch}"
+        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, hub.secret)
+
+        def job() -> None:
+            error = None
+            try:
+                self.sc.setJobGroup(group, f"squall topology {self.name}: {workers} workers", interruptOnCancel=True)
+                self.sc.parallelize(range(workers), workers).mapPartitionsWithIndex(body).collect()
+            except BaseException as exc:
+                error = exc
+            hub.events.put(JobEnded(launch, error))
+
+        self._group = group
+        self._job = threading.Thread(target=job, name=f"squall-job-{self.name}", daemon=True)
+        self._job.start()
+
+    # -- sending ------------------------------------------------------------------
+    def send(self, inputs: dict[int, list[Batch]], simulated_now: float | None) -> int:
+        """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them. Returns the wave number."""
+        wave = self.next_wave
+        self.next_wave += 1
+        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.workers)}
+        tuples = 0
+        for task in self.tasks:
+            batches = inputs.get(task) or [Batch(0, wave, DRIVER, "", DRIVER, task)]
+            for batch in batches:
+                batch.wave = wave
+                tuples += len(batch.values)
+            batches[-1].last = True
+            per_worker[self.placement[task]].extend(batches)
+        flight = WaveInFlight(wave, simulated_now, per_worker, time.monotonic(), tuples)
+        self.inflight[wave] = flight
+        if self.ready:
+            self._send_wave(flight)
+        return wave
+
+    def _send_wave(self, flight: WaveInFlight) -> None:
+        messages = []
+        for worker, batches in flight.batches.items():
+            for batch in batches:
+                batch.generation = self.generation
+            messages.append(
+                (self._connections[worker], WaveInput(self.generation, flight.wave, flight.simulated_now, batches))
+            )
+        self.hub.send(messages)
+
+    # -- receiving ------------------------------------------------------------------
+    def poll(self, wait_for: int = 0, timeout: float | None = None) -> list[CompletedWave]:
+        """Handle what the workers said; return the waves completed, in order.
+
+        Blocks until at most ``wait_for`` waves are in flight (0: all done), or ``timeout`` seconds pass.
+        """
+        done: list[CompletedWave] = []
+        if self.hub is None:
+            self.inflight.clear()
+            return done
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            block = len(self.inflight) > wait_for
+            try:
+                if block:
+                    left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+                    event = self.hub.events.get(timeout=left)
+                else:
+                    event = self.hub.events.get_nowait()
+            except Exception:  # queue.Empty
+                if not block or (deadline is not None and time.monotonic() >= deadline):
+                    return done
+                self._check_ready()
+                continue
+            self._handle(event, done)
+            if self.failure is not None:
+                raise self.failure
+
+    def _handle(self, event: Any, done: list[CompletedWave]) -> None:
+        if isinstance(event, Received):
+            message = event.message
+            if isinstance(message, TaskReport):
+                self._report(message, done)
+            elif isinstance(message, Hello):
+                self._hello(event.connection, message)
+            elif isinstance(message, WorkerFailed):
+                self._fatal = message.message
+                log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
+        elif isinstance(event, Disconnected):
+            if event.worker is not None and self._connections.get(event.worker) == event.connection:
+                del self._connections[event.worker]
+                if not self._closing:
+                    self._lost(f"worker {event.worker} disconnected")
+        elif isinstance(event, JobEnded) and event.launch == self._launches and not self._closing:
+            self._job_ended(event.error)
+
+    def _hello(self, connection: int, hello: Hello) -> None:
+        previous = self._connections.get(hello.worker)
+        self._connections[hello.worker] = connection
+        if previous is not None:  # a retried attempt: the old connection is dead, whatever it says
+            self.hub.close_connection(previous)
+            self._lost(f"worker {hello.worker} started again (attempt {hello.attempt})")
+        if len(self._connections) == self.workers:
+            self._start_generation()
+
+    def _lost(self, why: str) -> None:
+        if self.ready:
+            log.warning("topology %s: %s; the waves in flight will run again", self.name, why)
+        self.ready = False
+        self._waiting_since = time.monotonic()
+        self.failures_in_a_row += 1
+        self.recoveries += 1
+        if self.failures_in_a_row >= self.max_failures:
+            why = self._fatal or f"{self.max_failures} worker restarts in a row with no wave completed; the last: {why}"
+            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
+            log.error("%s", self.failure)
+
+    def _job_ended(self, error: BaseException | None) -> None:
+        self._connections.clear()
+        self.ready = False
+        if error is None:
+            error = RuntimeError("the worker job ended while the topology was running")
+        fatal = fatal_message(error) or (self._fatal and fatal_message(RuntimeError("[squall:fatal] " + self._fatal)))
+        why = fatal or stop_reason(error, self.failures_in_a_row + 1, self.max_failures, "worker jobs")
+        if why is not None:
+            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
+            log.error("%s", self.failure)
+            return
+        self.failures_in_a_row += 1
+        log.warning("topology %s: the worker job failed; launching it again", self.name, exc_info=error)
+        self._launch()
+
+    def _check_ready(self) -> None:
+        if not self.ready and time.monotonic() - self._waiting_since > READY_WARNING_SECS:
+            log.warning(
+                "topology %s: %d of %d workers connected after %.0fs; a worker needs a free executor core",
+                self.name,
+                len(self._connections),
+                self.workers,
+                time.monotonic() - self._waiting_since,
+            )
+            self._waiting_since = time.monotonic()
+
+    def _start_generation(self) -> None:
+        """Every worker (re)starts its tasks from the snapshots of the last completed wave; the waves in flight
+        go out again."""
+        self.generation += 1
+        self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.workers)}
+        messages = [
+            (
+                connection,
+                Assign(
+                    self.generation,
+                    worker,
+                    self.settings,
+                    self.placement,
+                    self.placement_of_worker[worker],
+                    self.applied,
+                    {t: self.snapshots[t] for t in self.placement_of_worker[worker]},
+                ),
+            )
+            for worker, connection in self._connections.items()
+        ]
+        self.hub.send(messages)
+        self.ready = True
+        for flight in self.inflight.values():
+            flight.reports.clear()
+            self._send_wave(flight)
+
+    def _report(self, report: TaskReport, done: list[CompletedWave]) -> None:
+        if report.generation != self.generation:
+            return  # from before a restart: that wave runs again
+        flight = self.inflight.get(report.wave)
+        if flight is None or report.task in flight.reports:
+            raise RuntimeError(f"{report.component} task {report.task} reported wave {report.wave} twice")
+        flight.reports[report.task] = report
+        while self.inflight:
+            first = next(iter(self.inflight.values()))
+            if len(first.reports) < len(self.tasks):
+                break
+            del self.inflight[first.wave]
+            done.append(self._complete(first))
+
+    def _complete(self, flight: WaveInFlight) -> CompletedWave:
+        self.applied = flight.wave
+        self.failures_in_a_row = 0
+        status, captured, acks = {}, {}, []
+        for task, report in flight.reports.items():
+            if report.snapshot is not None:
+                self.snapshots[task] = report.snapshot
+            status[(report.component, task)] = report.status
+            if report.captured:
+                captured[(report.component, task)] = report.captured
+            acks.append(report.acks)
+        self.checkpointer.completed(flight.wave, self.snapshots)
+        seconds = time.monotonic() - flight.sent_at
+        return CompletedWave(flight.wave, seconds, flight.tuples, AckBatch.combine(acks), status, captured)
+
+    # -- stopping -----------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> None:
+        self.checkpointer.close()
+        if self.hub is None:
+            return
+        self._closing = True
+        self.hub.send([(connection, Stop()) for connection in self._connections.values()])
+        if self._job is not None:
+            self._job.join(timeout)
+            if self._job.is_alive():
+                self.sc.cancelJobGroup(self._group)
+                self._job.join(timeout)
+        self.hub.close()

@@ -1,0 +1,199 @@
+"""A squall worker: one long-lived Spark task that hosts bolt tasks for the whole run.
+
+The run's worker job has one Spark task per worker. Each connects to the
+driver's hub, says ``Hello`` and is told by ``Assign`` which bolt tasks it hosts
+and the state they start from. Then it serves messages until ``Stop``:
+
+* ``WaveInput`` starts a wave: the driver's tuples for the tasks here;
+* ``Batch`` brings an upstream task's tuples, from this worker (handed over in
+  memory, never pickled) or from another one (through the hub).
+
+A task works on one wave at a time, in wave order. It executes every batch of
+its current wave as it arrives, in each producer's emission order, and holds
+batches of later waves. Once every producer (the driver and each task upstream)
+has sent its ``last`` batch, the task ends the wave: its remaining emits leave as
+``last`` batches to every downstream task, and a ``TaskReport`` with its counters,
+its acks XOR-reduced per root and its new snapshot goes to the driver. Then the
+task moves on to the next wave.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections import defaultdict, deque
+from typing import Any
+
+from pyspark import TaskContext
+
+from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
+from squall.spark.failures import TaskSetupError
+from squall.spark.protocol import (
+    DRIVER,
+    Assign,
+    Batch,
+    Hello,
+    Stop,
+    TaskReport,
+    WaveInput,
+    WorkerChannel,
+    WorkerFailed,
+)
+from squall.spark.shipping import ShippedTopology, load_shipped
+from squall.time import use_simulated_time
+
+log = logging.getLogger("squall.worker")
+
+
+class HostedTask:
+    """A bolt task's progress through the waves."""
+
+    def __init__(self, task: BoltTask, wave: int, producers: frozenset[int], readers: list[int]) -> None:
+        self.task = task
+        self.wave = wave  # the wave it works on
+        self.producers = producers  # DRIVER and every upstream task
+        self.readers = readers  # every downstream task, each sent a last batch per wave
+        self.waiting = set(producers)
+        self.held: dict[int, list[Batch]] = defaultdict(list)  # batches of later waves
+        self.started = False
+
+
+class Worker:
+    def __init__(self, shipped: ShippedTopology, channel: WorkerChannel, index: int) -> None:
+        self.shipped = shipped
+        self.topology = shipped.topology
+        self.channel = channel
+        self.index = index
+        self.generation = -1
+        self.placement: dict[int, int] = {}
+        self.tasks: dict[int, HostedTask] = {}
+        self.times: dict[int, float | None] = {}  # wave -> its simulated time
+        self.local: deque[Any] = deque()  # batches between tasks of this worker
+
+    # -- messages ----------------------------------------------------------------
+    def serve(self) -> None:
+        receive, local = self.channel.receive, self.local
+        while True:
+            message = local.popleft() if local else receive()
+            if message is None or isinstance(message, Stop):
+                return
+            if isinstance(message, Batch):
+                if message.generation == self.generation:
+                    self._deliver(message)
+            elif isinstance(message, WaveInput):
+                if message.generation == self.generation:
+                    self.times[message.wave] = message.simulated_now
+                    for batch in message.batches:
+                        self._deliver(batch)
+            elif isinstance(message, Assign):
+                self._assign(message)
+            else:
+                raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def _assign(self, message: Assign) -> None:
+        """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
+        self.close()
+        self.tasks, self.times = {}, {}
+        self.local.clear()
+        self.generation, self.placement = message.generation, message.placement
+        settings = message.settings
+        forget_other_runs(settings.run_id)
+        mine = frozenset(message.tasks)
+        for task_id in message.tasks:
+            task = start_task(self.shipped, task_id, settings, message.snapshots.get(task_id), mine)
+            component = self.topology.component_of(task_id)
+            upstream = [source for source in self.topology.sources_of(component) if source in self.topology.bolts]
+            producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
+            readers = sorted(
+                {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
+            )
+            self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+
+    def _send(self, batch: Batch) -> None:
+        worker = self.placement[batch.target]
+        if worker == self.index:
+            self.local.append(batch)
+        else:
+            self.channel.send(batch, worker)
+
+    # -- waves ---------------------------------------------------------------------
+    def _deliver(self, batch: Batch) -> None:
+        hosted = self.tasks[batch.target]
+        if batch.wave != hosted.wave:
+            hosted.held[batch.wave].append(batch)
+            return
+        self._execute(hosted, batch)
+
+    def _execute(self, hosted: HostedTask, batch: Batch) -> None:
+        task = hosted.task
+        if not hosted.started:
+            hosted.started = True
+            task.begin_wave(self.generation, hosted.wave)
+            task.collector.ship = self._send
+            use_simulated_time(self.times.get(hosted.wave))
+        if batch.values:
+            task.execute_batch(batch)
+        if batch.last:
+            hosted.waiting.discard(batch.producer)
+            if not hosted.waiting:
+                self._end_wave(hosted)
+
+    def _end_wave(self, hosted: HostedTask) -> None:
+        task, wave = hosted.task, hosted.wave
+        collector = task.collector
+        outbox = {b.target: b for b in collector.take_batches()}
+        for reader in hosted.readers:
+            batch = outbox.pop(reader, None) or Batch(
+                self.generation, wave, task.task, task.component, task.task, reader
+            )
+            batch.last = True
+            self._send(batch)
+        status = collector.status
+        snapshot = None
+        if status.executed:
+            snapshot = task.snapshot(wave)
+            status.unpicklable = sorted(task.unpicklable)
+        report = TaskReport(
+            self.generation,
+            wave,
+            task.component,
+            task.task,
+            status,
+            collector.take_acks(),
+            snapshot,
+            collector.captured,
+        )
+        self.channel.send(report)
+        self.times.pop(wave - 1, None)
+        hosted.wave, hosted.started = wave + 1, False
+        hosted.waiting = set(hosted.producers)
+        for batch in hosted.held.pop(hosted.wave, ()):
+            self._execute(hosted, batch)
+
+    def close(self) -> None:
+        """Keep the tasks that stand between waves for a later start in this process; a task cut off
+        mid-wave holds part of a wave that will be replayed, so it is dropped."""
+        for hosted in self.tasks.values():
+            if not hosted.started:
+                keep_live(hosted.task)
+
+
+def run_worker(run_id: str, topology_bc: Any, address: tuple[str, int], secret: bytes, index: int, _rows) -> list:
+    """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away."""
+    shipped = load_shipped(run_id, topology_bc)
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context is not None else 0
+    channel = WorkerChannel(address, secret)
+    worker = Worker(shipped, channel, index)
+    try:
+        channel.send(Hello(index, attempt, os.getpid(), socket.gethostname()))
+        try:
+            worker.serve()
+        except TaskSetupError as exc:
+            channel.send(WorkerFailed(index, str(exc)))
+            raise
+    finally:
+        worker.close()
+        channel.close()
+    return [index]
