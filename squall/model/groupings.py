@@ -14,6 +14,7 @@ from squall.model.fields import Fields
 from squall.model.hashing import stable_hash
 
 Router = Callable[[Sequence[Any]], list[int]]
+_KNOWN_KEYS = 1 << 16  # keys a fields grouping router remembers the target of
 
 
 class Grouping:
@@ -87,11 +88,29 @@ class FieldsGrouping(Grouping):
         positions = [fields.index(name) for name in self.fields]
         targets = list(targets)
         n = len(targets)
+        if len(positions) != 1:
 
-        def route(values: Sequence[Any]) -> list[int]:
-            return [targets[stable_hash([values[p] for p in positions]) % n]]
+            def route(values: Sequence[Any]) -> list[int]:
+                return [targets[stable_hash([values[p] for p in positions]) % n]]
 
-        return route
+            return route
+        (position,) = positions
+        known: dict[tuple[type, Any], int] = {}  # (type, value) -> target: 1, 1.0 and True hash apart
+
+        def route_one(values: Sequence[Any]) -> list[int]:
+            value = values[position]
+            key = (type(value), value)
+            try:
+                target = known.get(key)
+            except TypeError:  # unhashable: hash it every time
+                return [targets[stable_hash([value]) % n]]
+            if target is None:
+                if len(known) >= _KNOWN_KEYS:
+                    known.clear()
+                target = known[key] = targets[stable_hash([value]) % n]
+            return [target]
+
+        return route_one
 
     def __repr__(self) -> str:
         return f"fields_grouping({list(self.fields)})"

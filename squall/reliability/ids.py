@@ -30,9 +30,8 @@ class IdGenerator:
             self._buffer = []
 
     def next_id(self) -> int:
-        self._reseed_if_forked()
-        if not self._buffer:
-            self._buffer = self.next_ids(_BLOCK).tolist()
+        if not self._buffer or (self._seed is None and os.getpid() != self._pid):
+            self._buffer = self.next_ids(_BLOCK).tolist()  # next_ids reseeds in a forked child
         return self._buffer.pop()
 
     def next_ids(self, n: int) -> np.ndarray:

@@ -20,6 +20,7 @@ is reused as is, with no rebuild.
 
 from __future__ import annotations
 
+import contextvars
 import io
 import logging
 import pickle
@@ -41,26 +42,38 @@ from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
 log = logging.getLogger("squall.task")
 
 
+_RESTORING: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("squall_restoring")
+
+
+def _own_object(tag: str) -> Any:
+    """The restoring task's own bolt, collector or context for ``tag``."""
+    return _RESTORING.get()[tag]
+
+
 class _StatePickler(cloudpickle.Pickler):
-    """Pickles a bolt's attributes; the task's own objects (the bolt, its collector and context) become tags."""
+    """Pickles a bolt's attributes; the task's own objects (the bolt, its collector and context) become tags.
+
+    The check runs in ``reducer_override``, which the C pickler skips for plain data (str, int, float,
+    bytes, and exact list, tuple, dict, set), so a large dict of counts pickles at C speed.
+    """
 
     def __init__(self, file: io.BytesIO, own: dict[int, str]) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self._own = own
 
-    def persistent_id(self, obj: Any) -> str | None:
-        return self._own.get(id(obj))
+    def reducer_override(self, obj: Any) -> Any:
+        tag = self._own.get(id(obj))
+        if tag is not None:
+            return _own_object, (tag,)
+        return super().reducer_override(obj)
 
 
-class _StateUnpickler(pickle.Unpickler):
-    """Re-binds the tags to the restoring task's own bolt, collector and context."""
-
-    def __init__(self, file: io.BytesIO, own: dict[str, Any]) -> None:
-        super().__init__(file)
-        self._own = own
-
-    def persistent_load(self, pid: str) -> Any:
-        return self._own[pid]
+def _load_state(blob: bytes, own: dict[str, Any]) -> dict[str, Any]:
+    token = _RESTORING.set(own)
+    try:
+        return pickle.loads(blob)
+    finally:
+        _RESTORING.reset(token)
 
 
 class BoltTask:
@@ -124,7 +137,7 @@ class BoltTask:
         return Snapshot(version, blob)
 
     def restore(self, snapshot: Snapshot) -> None:
-        state = _StateUnpickler(io.BytesIO(snapshot.blob), self._own()).load()
+        state = _load_state(snapshot.blob, self._own())
         vars(self.bolt).update(state)
         self.version = snapshot.version
 

@@ -2,15 +2,17 @@
 
 The driver holds every bolt task's snapshot as of the last completed wave; that
 is what restarts a lost worker. Every ``squall.state.checkpoint.interval``
-completed waves those snapshots are also written, by a small Spark job on a
-thread of its own, under ``<checkpoint dir>/<run id>/wave-<n>`` as a pickle
-file of ``(task, version, blob)`` rows. The newest two are kept. A write
-still running when the next falls due makes that one wait for the next interval.
+completed waves those snapshots are also written, through Hadoop's FileSystem
+API from the driver (no Spark job: the run's workers may hold every core), on a
+thread of its own, as ``<checkpoint dir>/<run id>/wave-<n>/part-00000``: a pickle
+of ``[(task, version, blob), ...]``. The newest two are kept. A write still
+running when the next falls due makes that one wait for the next interval.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 
 from pyspark import SparkContext
@@ -40,9 +42,18 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._write, args=(path, rows), name="squall-checkpoint", daemon=True)
         self._thread.start()
 
+    def _file_system(self, path: str):
+        hadoop_path = self.sc._jvm.org.apache.hadoop.fs.Path(path)
+        return hadoop_path, hadoop_path.getFileSystem(self.sc._jsc.hadoopConfiguration())
+
     def _write(self, path: str, rows: list) -> None:
         try:
-            self.sc.parallelize(rows, 1).saveAsPickleFile(path)
+            hadoop_path, fs = self._file_system(f"{path}/part-00000")
+            out = fs.create(hadoop_path, True)
+            try:
+                out.write(bytearray(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)))
+            finally:
+                out.close()
         except Exception:
             log.exception("writing the bolt state checkpoint %s failed; the next interval writes again", path)
             return
@@ -51,9 +62,8 @@ class Checkpointer:
             self._delete(self._written.pop(0))
 
     def _delete(self, path: str) -> None:
-        jvm = self.sc._jvm
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-        hadoop_path.getFileSystem(self.sc._jsc.hadoopConfiguration()).delete(hadoop_path, True)
+        hadoop_path, fs = self._file_system(path)
+        fs.delete(hadoop_path, True)
 
     def close(self) -> None:
         if self._thread is not None:

@@ -13,7 +13,7 @@ from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, fail_messages
 from squall.spark.acks import ACK, FAIL, RESET, AckBatch
 from squall.spark.protocol import Batch, TaskStatus
-from squall.spark.records import Routes, check_emit, direct_target
+from squall.spark.records import EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
 
@@ -52,6 +52,7 @@ class OutputCollector:
         self._acking = acking
         self._capture = capture
         self._routes = Routes(topology, component, task, local_tasks)
+        self._check = EmitChecker(topology, component)
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0
         self.wave = 0
@@ -90,7 +91,7 @@ class OutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
-        values = check_emit(self._topology, self._component, stream, values)
+        values = self._check(stream, values)
         return self._send(self._routes.targets(stream, values), stream, values, anchors)
 
     def emit_direct(
@@ -100,7 +101,7 @@ class OutputCollector:
         anchors: Tuple | Iterable[Tuple] | None = None,
         stream: str = DEFAULT_STREAM,
     ) -> None:
-        values = check_emit(self._topology, self._component, stream, values)
+        values = self._check(stream, values)
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 

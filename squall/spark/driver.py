@@ -37,7 +37,7 @@ from squall.reliability.ledger import Outcome, PartitionedLedger
 from squall.reliability.rotating_map import RotatingMap
 from squall.spark.clock import Clock
 from squall.spark.protocol import DRIVER, Batch, RunSettings
-from squall.spark.records import Routes, check_emit, direct_target
+from squall.spark.records import EmitChecker, Routes, direct_target
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
@@ -70,17 +70,18 @@ class SpoutOutputCollector:
     def __init__(self, run: TopologyRun, component: str, task: int) -> None:
         self._run, self._component, self._task = run, component, task
         self._routes = Routes(run.topology, component, task)
+        self._check = EmitChecker(run.topology, component)
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
         run = self._run
-        values = check_emit(run.topology, self._component, stream, values)
+        values = self._check(stream, values)
         targets = self._routes.targets(stream, values)
         return run._spout_emit(self._component, self._task, stream, values, msg_id, targets)
 
     def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
         run = self._run
-        values = check_emit(run.topology, self._component, stream, values)
+        values = self._check(stream, values)
         bolt = direct_target(run.topology, self._component, stream, task)
         run._spout_emit(self._component, self._task, stream, values, msg_id, [(bolt, task)])
 

@@ -90,6 +90,23 @@ def check_emit(topology: Topology, component: str, stream: str, values: Any) -> 
     return tuple(values)
 
 
+class EmitChecker:
+    """``check_emit`` for one component, with a fast path: plain values of the declared arity pass at once."""
+
+    def __init__(self, topology: Topology, component: str) -> None:
+        self._topology, self._component = topology, component
+        self._arity = {stream: len(fields) for stream, fields in topology.components[component].streams.items()}
+
+    def __call__(self, stream: str, values: Any) -> tuple:
+        if (
+            type(values) in (tuple, list)
+            and self._arity.get(stream) == len(values)
+            and _PLAIN.issuperset(map(type, values))
+        ):
+            return tuple(values)
+        return check_emit(self._topology, self._component, stream, values)
+
+
 def direct_target(topology: Topology, component: str, stream: str, task: int) -> str:
     """The bolt that receives ``emit_direct(task, ...)`` on ``stream``; errors name what is wrong."""
     if not topology.is_direct_stream(component, stream):
@@ -147,6 +164,7 @@ class Routes:
 __all__ = [
     "DEFAULT_STREAM",
     "TICK_STREAM",
+    "EmitChecker",
     "EmitError",
     "SerializationError",
     "check_emit",

@@ -82,14 +82,16 @@ class CompletedWave:
 
 
 def worker_count(sc: SparkContext, topology: Topology, wanted: int | None) -> int:
-    """Workers for the run: as asked, else one per task of the widest bolt, with one executor core left free for
-    the other Spark jobs of the application (checkpoints, transactional batches, other topologies)."""
+    """Workers for the run: as asked, else one per task of the widest bolt, at most one per executor core.
+
+    Each worker holds its core while the topology runs, as a Storm topology holds its worker slots.
+    """
     if not topology.bolts:
         return 0
     if wanted:
         return wanted
     widest = max(spec.parallelism for spec in topology.bolts.values())
-    return max(1, min(widest, sc.defaultParallelism - 1))
+    return max(1, min(widest, sc.defaultParallelism))
 
 
 def hub_host(sc: SparkContext) -> str:
