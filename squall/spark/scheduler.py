@@ -227,7 +227,7 @@ class WaveScheduler:
             elif isinstance(message, Hello):
                 self._hello(event.connection, message)
             elif isinstance(message, WorkerFailed):
-                self._fatal = message.message
+                self._fatal = fatal_message(RuntimeError(message.message))
                 log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
         elif isinstance(event, Disconnected):
             if event.worker is not None and self._connections.get(event.worker) == event.connection:
@@ -263,8 +263,11 @@ class WaveScheduler:
         self.ready = False
         if error is None:
             error = RuntimeError("the worker job ended while the topology was running")
-        fatal = fatal_message(error) or (self._fatal and fatal_message(RuntimeError("[squall:fatal] " + self._fatal)))
-        why = fatal or stop_reason(error, self.failures_in_a_row + 1, self.max_failures, "worker jobs")
+        why = (
+            fatal_message(error)
+            or self._fatal
+            or stop_reason(error, self.failures_in_a_row + 1, self.max_failures, "worker jobs")
+        )
         if why is not None:
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
             log.error("%s", self.failure)

@@ -165,7 +165,9 @@ class Worker:
             collector.captured,
         )
         self.channel.send(report)
-        self.times.pop(wave - 1, None)
+        oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
+        for done in [w for w in self.times if w < min(oldest, wave + 1)]:
+            del self.times[done]  # no task here still needs that wave's time
         hosted.wave, hosted.started = wave + 1, False
         hosted.waiting = set(hosted.producers)
         for batch in hosted.held.pop(hosted.wave, ()):
