@@ -14,6 +14,7 @@ from squall.model.fields import Fields
 from squall.model.hashing import stable_hash
 
 Router = Callable[[Sequence[Any]], list[int]]
+Picker = Callable[[Sequence[Any]], int]
 _KNOWN_KEYS = 1 << 16  # keys a fields grouping router remembers the target of
 
 
@@ -22,7 +23,14 @@ class Grouping:
     is_direct = False
 
     def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
-        raise NotImplementedError
+        pick = self.picker(source_task, targets, fields)
+        if pick is None:
+            raise NotImplementedError
+        return lambda values: [pick(values)]
+
+    def picker(self, source_task: int, targets: Sequence[int], fields: Fields) -> Picker | None:
+        """For a grouping that sends each tuple to exactly one task: a function from values to that task."""
+        return None
 
     def __repr__(self) -> str:
         return f"{self.name}_grouping"
@@ -43,20 +51,23 @@ class ShuffleGrouping(Grouping):
 
     name = "shuffle"
 
-    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+    def picker(self, source_task: int, targets: Sequence[int], fields: Fields) -> Picker:
+        if len(targets) == 1:
+            (only,) = targets
+            return lambda values: only
         rng = random.Random(source_task)
         order = list(targets)
         position = len(order)
 
-        def route(values: Sequence[Any]) -> list[int]:
+        def pick(values: Sequence[Any]) -> int:
             nonlocal position
             if position >= len(order):
                 rng.shuffle(order)
                 position = 0
             position += 1
-            return [order[position - 1]]
+            return order[position - 1]
 
-        return route
+        return pick
 
 
 class NoneGrouping(ShuffleGrouping):
@@ -84,33 +95,33 @@ class FieldsGrouping(Grouping):
     def __init__(self, fields: Fields) -> None:
         self.fields = fields
 
-    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
+    def picker(self, source_task: int, targets: Sequence[int], fields: Fields) -> Picker:
         positions = [fields.index(name) for name in self.fields]
         targets = list(targets)
         n = len(targets)
         if len(positions) != 1:
 
-            def route(values: Sequence[Any]) -> list[int]:
-                return [targets[stable_hash([values[p] for p in positions]) % n]]
+            def pick(values: Sequence[Any]) -> int:
+                return targets[stable_hash([values[p] for p in positions]) % n]
 
-            return route
+            return pick
         (position,) = positions
         known: dict[tuple[type, Any], int] = {}  # (type, value) -> target: 1, 1.0 and True hash apart
 
-        def route_one(values: Sequence[Any]) -> list[int]:
+        def pick_one(values: Sequence[Any]) -> int:
             value = values[position]
             key = (type(value), value)
             try:
                 target = known.get(key)
             except TypeError:  # unhashable: hash it every time
-                return [targets[stable_hash([value]) % n]]
+                return targets[stable_hash([value]) % n]
             if target is None:
                 if len(known) >= _KNOWN_KEYS:
                     known.clear()
                 target = known[key] = targets[stable_hash([value]) % n]
-            return [target]
+            return target
 
-        return route_one
+        return pick_one
 
     def __repr__(self) -> str:
         return f"fields_grouping({list(self.fields)})"
@@ -124,9 +135,9 @@ class GlobalGrouping(Grouping):
 
     name = "global"
 
-    def router(self, source_task: int, targets: Sequence[int], fields: Fields) -> Router:
-        lowest = [min(targets)]
-        return lambda values: list(lowest)
+    def picker(self, source_task: int, targets: Sequence[int], fields: Fields) -> Picker:
+        lowest = min(targets)
+        return lambda values: lowest
 
 
 class AllGrouping(Grouping):

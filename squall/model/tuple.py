@@ -17,16 +17,20 @@ class Tuple:
     ``anchors_to_ids`` maps each root (spout tuple id) of a tree the tuple belongs
     to, to the edge id this copy carries for it; ``ack_val`` accumulates the edge
     ids of tuples anchored to it. Both are the acker's business, not the user's.
+    A tuple in exactly one tree, the common case, keeps that pair as ``root`` and
+    ``edge``; one in several trees keeps its map in ``trees`` (``root`` is 0).
     """
 
     __slots__ = (
         "ack_val",
-        "anchors_to_ids",
+        "edge",
         "fields",
         "id",
+        "root",
         "source_component",
         "source_stream",
         "source_task",
+        "trees",
         "values",
     )
 
@@ -39,15 +43,33 @@ class Tuple:
         source_stream: str = "default",
         anchors_to_ids: dict[int, int] | None = None,
         id: int = 0,
+        root: int = 0,
+        edge: int = 0,
     ) -> None:
-        self.values = tuple(values)
+        self.values = values if type(values) is tuple else tuple(values)
         self.fields = fields
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream = source_stream
-        self.anchors_to_ids = anchors_to_ids if anchors_to_ids is not None else {}
+        self.root, self.edge, self.trees = root, edge, None
+        if anchors_to_ids:
+            self.anchors_to_ids = anchors_to_ids
         self.ack_val = 0
         self.id = id  # unique per delivered copy; identifies the tuple to its task
+
+    @property
+    def anchors_to_ids(self) -> dict[int, int]:
+        if self.root:
+            return {self.root: self.edge}
+        return dict(self.trees) if self.trees else {}
+
+    @anchors_to_ids.setter
+    def anchors_to_ids(self, mapping: dict[int, int]) -> None:
+        if len(mapping) == 1:
+            ((self.root, self.edge),) = mapping.items()
+            self.trees = None
+        else:
+            self.root, self.edge, self.trees = 0, 0, (dict(mapping) or None)
 
     def __getitem__(self, key: int | str) -> Any:
         if isinstance(key, str):

@@ -161,25 +161,37 @@ class BoltTask:
         return fields
 
     def execute_batch(self, batch: Batch) -> None:
-        component, source = batch.component, batch.source
-        for stream, values, anchors in batch.rows():
-            self.execute(Tuple(values, self._fields_of(component, stream), component, source, stream, anchors))
+        """Each row as a ``Tuple`` through the bolt, in order; a row that raises fails and the rest go on."""
+        component, source, trees = batch.component, batch.source, batch.trees
+        collector = self.collector
+        collector.status.executed += len(batch.values)
+        basic_collector = self.basic_collector
+        execute, ack = self.bolt.execute, collector.ack
+        fields_of, last_stream, fields = self._fields_of, None, None
+        for i, (stream, values, root, edge) in enumerate(
+            zip(batch.streams, batch.values, batch.roots, batch.edges, strict=True)
+        ):
+            if stream is not last_stream:
+                last_stream, fields = stream, fields_of(component, stream)
+            tup = Tuple(values, fields, component, source, stream, None, 0, root, edge)
+            if not root and trees:
+                tup.trees = trees.get(i)
+            try:
+                if basic_collector is not None:
+                    basic_collector.input = tup
+                    execute(tup, basic_collector)
+                    ack(tup)
+                else:
+                    execute(tup)
+            except FailedException:
+                collector.fail(tup)
+            except Exception as exc:
+                self._raised(tup, exc)
 
-    def execute(self, tup: Tuple) -> None:
-        self.collector.status.executed += 1
-        try:
-            if self.basic:
-                self.basic_collector.input = tup
-                self.bolt.execute(tup, self.basic_collector)
-                self.collector.ack(tup)
-            else:
-                self.bolt.execute(tup)
-        except FailedException:
-            self.collector.fail(tup)
-        except Exception as exc:
-            log.error("%s task %d failed %r", self.component, self.task, tup, exc_info=True)
-            self.collector.report_error(exc)
-            self.collector.fail(tup)
+    def _raised(self, tup: Tuple, exc: Exception) -> None:
+        log.error("%s task %d failed %r", self.component, self.task, tup, exc_info=True)
+        self.collector.report_error(exc)
+        self.collector.fail(tup)
 
 
 # (run_id, task) -> live task; one per task per Python worker

@@ -26,6 +26,15 @@ def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
     return list(anchors)
 
 
+def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
+    """The one tuple ``anchors`` names, if it names exactly one."""
+    if type(anchors) is Tuple:
+        return anchors
+    if type(anchors) in (list, tuple) and len(anchors) == 1 and type(anchors[0]) is Tuple:
+        return anchors[0]
+    return None
+
+
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
 
 
@@ -34,7 +43,9 @@ class OutputCollector:
     buffered for the acker.
 
     A batch that reaches ``CHUNK_ROWS`` goes to ``ship`` at once; the rest stay in ``outbox`` until the task
-    ends its wave (``take_batches``).
+    ends its wave (``take_batches``). The common emit (declared plain values, to one subscriber whose grouping
+    picks one task, anchored to one tuple in one tree) takes a short path with no per-tuple allocation beyond
+    the row itself.
     """
 
     def __init__(
@@ -52,33 +63,44 @@ class OutputCollector:
         self._acking = acking
         self._capture = capture
         self._routes = Routes(topology, component, task, local_tasks)
+        self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0
         self.wave = 0
         self.outbox: dict[int, Batch] = {}  # target task -> this wave's emits to it not yet shipped
         self.ship: Callable[[Batch], None] | None = None
-        self.ack_roots: list[int] = []  # ack, fail and reset messages, reduced into an AckBatch by take_acks()
+        self.ack_roots: list[int] = []  # (root, edge ^ ack_val) of each ack, reduced by take_acks()
         self.ack_values: list[int] = []
-        self.ack_kinds: list[int] = []
+        self.failed_roots: list[int] = []
+        self.reset_roots: list[int] = []
         self.status = TaskStatus()
         self.captured: list[tuple] = []  # default-stream emits, when testing asks for them
 
     def set_local_tasks(self, local_tasks: frozenset[int]) -> None:
         """The tasks that share this task's worker, after it moved."""
         self._routes = Routes(self._topology, self._component, self._task, local_tasks)
+        self._pickers = {}
+
+    def _batch_to(self, task: int) -> Batch:
+        batch = self.outbox.get(task)
+        if batch is None:
+            batch = self.outbox[task] = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
+        return batch
+
+    def _full(self, batch: Batch) -> None:
+        if self.ship is not None:
+            del self.outbox[batch.target]
+            self.ship(batch)
 
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
+        """The general emit: any number of targets, any anchors."""
         parents = _anchor_list(anchors) if self._acking else []
-        outbox = self.outbox
         for _, task in targets:
-            batch = outbox.get(task)
-            if batch is None:
-                batch = outbox[task] = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
-            batch.add(stream, values, anchor(parents, self.next_id) if parents else {})
-            if len(batch.values) >= CHUNK_ROWS and self.ship is not None:
-                del outbox[task]
-                self.ship(batch)
+            batch = self._batch_to(task)
+            batch.add_in_trees(stream, values, anchor(parents, self.next_id) if parents else {})
+            if len(batch.values) >= CHUNK_ROWS:
+                self._full(batch)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
         self.status.emitted += 1
@@ -92,7 +114,34 @@ class OutputCollector:
     ) -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
         values = self._check(stream, values)
-        return self._send(self._routes.targets(stream, values), stream, values, anchors)
+        pick = self._pickers.get(stream)
+        if pick is None:
+            pick = self._pickers[stream] = self._routes.picker(stream) or False
+        if pick is False:
+            return self._send(self._routes.targets(stream, values), stream, values, anchors)
+        target = pick(values)
+        root = edge = 0
+        if anchors is not None and self._acking:
+            parent = _sole_anchor(anchors)
+            if parent is None or parent.trees:
+                return self._send([("", target)], stream, values, anchors)
+            root = parent.root
+            if root:
+                edge = self.next_id()
+                parent.ack_val ^= edge
+        batch = self.outbox.get(target)
+        if batch is None:
+            batch = self._batch_to(target)
+        batch.streams.append(stream)  # Batch.add, inline: this runs once per tuple
+        batch.values.append(values)
+        batch.roots.append(root)
+        batch.edges.append(edge)
+        if len(batch.values) >= CHUNK_ROWS:
+            self._full(batch)
+        if self._capture and stream == DEFAULT_STREAM:
+            self.captured.append(values)
+        self.status.emitted += 1
+        return [target]
 
     def emit_direct(
         self,
@@ -105,27 +154,26 @@ class OutputCollector:
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 
-    def _ack_message(self, root: int, value: int, kind: int) -> None:
-        self.ack_roots.append(root)
-        self.ack_values.append(value)
-        self.ack_kinds.append(kind)
-
     def ack(self, tup: Tuple) -> None:
         self.status.acked += 1
         if self._acking:
-            for root, value in ack_messages(tup):
-                self._ack_message(root, value, ACK)
+            root = tup.root
+            if root:
+                self.ack_roots.append(root)
+                self.ack_values.append(tup.edge ^ tup.ack_val)
+            elif tup.trees:
+                for root, value in ack_messages(tup):
+                    self.ack_roots.append(root)
+                    self.ack_values.append(value)
 
     def fail(self, tup: Tuple) -> None:
         self.status.failed += 1
         if self._acking:
-            for root in fail_messages(tup):
-                self._ack_message(root, 0, FAIL)
+            self.failed_roots.extend(fail_messages(tup))
 
     def reset_timeout(self, tup: Tuple) -> None:
         if self._acking:
-            for root in tup.anchors_to_ids:
-                self._ack_message(root, 0, RESET)
+            self.reset_roots.extend(tup.anchors_to_ids)
 
     def take_batches(self) -> list[Batch]:
         """The emits not shipped yet, one batch per target task; the outbox starts over."""
@@ -134,8 +182,13 @@ class OutputCollector:
 
     def take_acks(self) -> AckBatch:
         """This wave's ack messages, XOR-reduced per root; the buffers start over."""
-        batch = AckBatch.from_messages(self.ack_roots, self.ack_values, self.ack_kinds)
-        self.ack_roots, self.ack_values, self.ack_kinds = [], [], []
+        acks, failed, reset = len(self.ack_roots), len(self.failed_roots), len(self.reset_roots)
+        batch = AckBatch.from_messages(
+            self.ack_roots + self.failed_roots + self.reset_roots,
+            self.ack_values + [0] * (failed + reset),
+            [ACK] * acks + [FAIL] * failed + [RESET] * reset,
+        )
+        self.ack_roots, self.ack_values, self.failed_roots, self.reset_roots = [], [], [], []
         return batch
 
     def report_error(self, error: BaseException) -> None:

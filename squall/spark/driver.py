@@ -168,7 +168,7 @@ class TopologyRun:
             if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
         for (_, target), edge_ids in zip(targets, edges, strict=True):
-            self._batch_for(target, component, task).add(stream, values, edge_ids)
+            self._batch_for(target, component, task).add_in_trees(stream, values, edge_ids)
         if self.capture and stream == DEFAULT_STREAM:
             self.captured[component].append(values)
         return [t for _, t in targets]
@@ -260,7 +260,7 @@ class TopologyRun:
             freq, due = schedule
             while now >= due:
                 for task in self.topology.task_ids(bolt):
-                    self._batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,), {})
+                    self._batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,))
                 due += freq
             schedule[1] = due
 

@@ -62,29 +62,29 @@ class Batch:
     edges: list[int] = field(default_factory=list)
     trees: dict[int, dict[int, int]] = field(default_factory=dict)
 
-    def add(self, stream: str, values: tuple, anchors: dict[int, int]) -> None:
-        if len(anchors) == 1:
-            ((root, edge),) = anchors.items()
-            self.roots.append(root)
-            self.edges.append(edge)
-        else:
-            if anchors:
-                self.trees[len(self.roots)] = anchors
-            self.roots.append(0)
-            self.edges.append(0)
+    def add(self, stream: str, values: tuple, root: int = 0, edge: int = 0) -> None:
+        """A row in tree ``root`` (0: in none) carrying ``edge``."""
         self.streams.append(stream)
         self.values.append(values)
+        self.roots.append(root)
+        self.edges.append(edge)
+
+    def add_in_trees(self, stream: str, values: tuple, anchors: dict[int, int]) -> None:
+        """A row with any ``{root: edge}``: kept in the columns when it is in exactly one tree."""
+        if len(anchors) == 1:
+            ((root, edge),) = anchors.items()
+            self.add(stream, values, root, edge)
+            return
+        if anchors:
+            self.trees[len(self.values)] = anchors
+        self.add(stream, values)
 
     def __len__(self) -> int:
         return len(self.values)
 
     def rows(self):
-        """``(stream, values, anchors_to_ids)`` for each row, in emission order."""
-        trees = self.trees
-        for i, (stream, values, root, edge) in enumerate(
-            zip(self.streams, self.values, self.roots, self.edges, strict=True)
-        ):
-            yield stream, values, ({root: edge} if root else trees.get(i, {}))
+        """``(stream, values)`` for each row, in emission order."""
+        return zip(self.streams, self.values, strict=True)
 
 
 @dataclass(frozen=True, slots=True)

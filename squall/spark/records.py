@@ -15,7 +15,7 @@ from typing import Any
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import SquallError
 from squall.model.fields import Fields
-from squall.model.groupings import LocalOrShuffleGrouping
+from squall.model.groupings import Grouping, LocalOrShuffleGrouping, Picker
 from squall.model.topology import Topology
 from squall.model.tuple import TICK_STREAM
 
@@ -133,6 +133,7 @@ class Routes:
         self._topology, self._component, self._task = topology, component, task
         self._local_tasks = local_tasks  # tasks in this task's worker: local_or_shuffle keeps to them
         self._by_stream: dict[str, list[tuple[str, Any]]] = {}
+        self._pickers: dict[str, Picker | None] = {}
 
     def _routers(self, stream: str) -> list[tuple[str, Any]]:
         topology, component = self._topology, self._component
@@ -152,6 +153,24 @@ class Routes:
             local = tuple(t for t in tasks if t in self._local_tasks)
             return local or tasks
         return tasks
+
+    def picker(self, stream: str) -> Picker | None:
+        """For a stream read by one bolt whose grouping sends each tuple to one task: values -> that task."""
+        try:
+            return self._pickers[stream]
+        except KeyError:
+            pass
+        topology, component = self._topology, self._component
+        pick = None
+        subscribers = topology.subscribers(component, stream)
+        if len(subscribers) == 1 and not topology.is_direct_stream(component, stream):
+            ((bolt, sub),) = subscribers
+            grouping = sub.grouping
+            if type(grouping).router is Grouping.router:  # a subclass that routes its own way is asked
+                fields = topology.stream_fields(component, stream)
+                pick = grouping.picker(self._task, self._candidates(bolt, grouping), fields)
+        self._pickers[stream] = pick
+        return pick
 
     def targets(self, stream: str, values: Sequence) -> list[tuple[str, int]]:
         """``[(bolt, target_task), ...]`` for a plain emit of ``values`` on ``stream``."""

@@ -133,7 +133,7 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
             raise TaskSetupError(bolt, task_id, "prepare() raised", exc) from exc
         for delivery in records:  # all Delivery: failure markers were checked above
             batch = delivery.batch
-            for stream, values, _ in batch.rows():
+            for stream, values in batch.rows():
                 fields = topology.stream_fields(batch.component, stream)
                 tup = Tuple(values, fields, batch.component, batch.source, stream)
                 collector.status.executed += 1
