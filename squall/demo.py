@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from squall.model import BasicBolt, Bolt, Fields, Spout, TopologyBuilder, Tuple
-from squall.reliability import AckLedger, IdGenerator, ack_messages, anchor, spout_edges
+from squall.reliability import AckLedger, IdGenerator, ack_messages, anchor, enter_messages, spout_edges
 
 
 class SentenceSpout(Spout):
@@ -79,16 +79,21 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
         tup = Tuple([word], Fields("word"), "split", split_task, anchors_to_ids=edges)
         words.append((tup, count_route([word])[0]))
 
-    def send(step: str, tup: Tuple) -> None:
-        ((r, value),) = ack_messages(tup)
+    def send(step: str, message: tuple[int, int]) -> None:
+        r, value = message
         outcome = ledger.ack(r, value)
         entry = ledger.entry(root)
         settled = ", ".join(f"task {t} acks root {x:#x}" for t, x in outcome.completed.pairs())
-        table.add_row(step, f"ack({value:#018x})", f"{entry.value:#018x}" if entry else "0 (done)", settled)
+        table.add_row(step, f"xor({value:#018x})", f"{entry.value:#018x}" if entry else "0 (done)", settled)
 
-    send(f"split task {split_task} acks the sentence", spout_tuple)
+    for tup, _ in words:  # in split's wave report, with its ack of the sentence
+        (message,) = enter_messages(tup.anchors_to_ids)
+        send(f"split task {split_task} sends {tup[0]!r} into the tree", message)
+    (message,) = ack_messages(spout_tuple)
+    send(f"split task {split_task} acks the sentence", message)
     for tup, count_task in words:
-        send(f"count task {count_task} acks {tup[0]!r}", tup)
+        (message,) = ack_messages(tup)
+        send(f"count task {count_task} acks {tup[0]!r}", message)
     console.print(table)
     complete = root not in ledger and len(ledger) == 0
     console.print(

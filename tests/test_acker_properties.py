@@ -1,4 +1,9 @@
-"""Property tests: the XOR acker completes a tree exactly when every tuple in it is acked."""
+"""Property tests: the XOR acker completes a tree exactly when every tuple in it is acked.
+
+Messages reach the ledger in waves, in any order but one: a tuple's enter message
+(sent with the wave that emitted it) is never applied after its parent's ack, as a
+task reports a wave's emits and acks together and the driver applies whole waves.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +14,35 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squall.reliability import AckLedger, IdGenerator, PartitionedLedger, ack_messages, anchor, spout_edges
+from squall.reliability import (
+    AckLedger,
+    IdGenerator,
+    PartitionedLedger,
+    ack_messages,
+    anchor,
+    enter_messages,
+    spout_edges,
+)
 
 
 @dataclass
 class Node:
     anchors_to_ids: dict[int, int]
-    ack_val: int = 0
     roots: frozenset = field(default_factory=frozenset)
+    child_enters: list[int] = field(default_factory=list)  # message indexes of its children's enter messages
 
 
 @dataclass
 class Msg:
-    kind: str  # init | ack | fail
+    kind: str  # init | enter | ack | fail
     root: int
     value: int = 0
     task: int = -1
 
 
 def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob: float):
-    """Random tuple DAGs over several roots; returns messages, and which roots finished acked/failed."""
+    """Random tuple DAGs over several roots; returns messages in the order they were sent, which roots finished
+    acked/failed, and ``(enter, parent's ack)`` message index pairs."""
     rnd = random.Random(seed)
     ids = IdGenerator(seed)
     messages: list[Msg] = []
@@ -37,6 +51,7 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
     tree_acked: dict[int, int] = {}
     failed_roots: set[int] = set()
     roots = []
+    precedes: list[tuple[int, int]] = []
     for i in range(n_roots):
         root = ids.next_id()
         roots.append(root)
@@ -55,6 +70,10 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
             for _copy in range(rnd.randint(1, 2)):
                 child = Node(anchor(anchors, ids.next_id))
                 child.roots = frozenset().union(*(a.roots for a in anchors))
+                for r, v in enter_messages(child.anchors_to_ids):
+                    for parent in anchors:
+                        parent.child_enters.append(len(messages))
+                    messages.append(Msg("enter", r, v))
                 live.append(child)
                 for r in child.roots:
                     tree_tuples[r] += 1
@@ -64,7 +83,9 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
                 messages.extend(Msg("fail", r) for r in node.roots)
                 failed_roots |= node.roots
             elif rnd.random() < ack_prob:
+                first = len(messages)
                 messages.extend(Msg("ack", r, v) for r, v in ack_messages(node))
+                precedes.extend((enter, first) for enter in node.child_enters)
                 for r in node.roots:
                     tree_acked[r] += 1
             else:
@@ -72,12 +93,14 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
     # optionally finish: ack whatever is left
     if rnd.random() < 0.7:
         for node in live:
+            first = len(messages)
             messages.extend(Msg("ack", r, v) for r, v in ack_messages(node))
+            precedes.extend((enter, first) for enter in node.child_enters)
             for r in node.roots:
                 tree_acked[r] += 1
         live.clear()
     fully_acked = {r for r in roots if tree_acked[r] == tree_tuples[r] and r not in failed_roots}
-    return roots, messages, fully_acked, failed_roots
+    return roots, messages, fully_acked, failed_roots, precedes
 
 
 def reduce_wave(wave: list[Msg]):
@@ -98,22 +121,21 @@ def reduce_wave(wave: list[Msg]):
     )
 
 
-def expected_settlement(roots, order, messages, fully_acked, failed_roots):
-    """For each root, the position in ``order`` at which it must settle, and how."""
-    last_msg, init_at, first_fail = {}, {}, {}
-    for pos, i in enumerate(order):
-        m = messages[i]
-        last_msg[m.root] = pos
+def expected_settlement(roots, wave_of, messages, fully_acked, failed_roots):
+    """For each root, the wave in which it must settle, and how."""
+    last_wave, init_wave, first_fail = {}, {}, {}
+    for i, m in enumerate(messages):
+        last_wave[m.root] = max(last_wave.get(m.root, 0), wave_of[i])
         if m.kind == "init":
-            init_at[m.root] = pos
+            init_wave[m.root] = wave_of[i]
         if m.kind == "fail":
-            first_fail.setdefault(m.root, pos)
+            first_fail[m.root] = min(first_fail.get(m.root, wave_of[i]), wave_of[i])
     expect = {}
     for r in roots:
         if r in failed_roots:
-            expect[r] = ("failed", max(init_at[r], first_fail[r]))
+            expect[r] = ("failed", max(init_wave[r], first_fail[r]))
         elif r in fully_acked:
-            expect[r] = ("completed", last_msg[r])
+            expect[r] = ("completed", last_wave[r])
     return expect
 
 
@@ -124,40 +146,39 @@ def expected_settlement(roots, order, messages, fully_acked, failed_roots):
     n_steps=st.integers(0, 40),
     ack_prob=st.floats(0.3, 1.0),
     fail_prob=st.sampled_from([0.0, 0.0, 0.05, 0.2]),
-    wave_cut=st.integers(1, 6),
+    waves=st.integers(1, 8),
     partitions=st.integers(1, 3),
 )
-def test_root_settles_exactly_when_its_tree_is_done(seed, n_roots, n_steps, ack_prob, fail_prob, wave_cut, partitions):
-    roots, messages, fully_acked, failed_roots = build_dags(seed, n_roots, n_steps, ack_prob, fail_prob)
-    order = list(range(len(messages)))
-    random.Random(seed ^ 0x5EED).shuffle(order)  # any delivery order: acks may precede inits
-    expect = expected_settlement(roots, order, messages, fully_acked, failed_roots)
+def test_root_settles_exactly_when_its_tree_is_done(seed, n_roots, n_steps, ack_prob, fail_prob, waves, partitions):
+    roots, messages, fully_acked, failed_roots, precedes = build_dags(seed, n_roots, n_steps, ack_prob, fail_prob)
+    pick = random.Random(seed ^ 0x5EED)
+    wave_of = [pick.randrange(waves) for _ in messages]  # any order: acks may precede inits
+    for enter, parent_ack in precedes:  # but an enter never after its parent's ack
+        wave_of[enter] = min(wave_of[enter], wave_of[parent_ack])
+    expect = expected_settlement(roots, wave_of, messages, fully_acked, failed_roots)
     task_of = {m.root: m.task for m in messages if m.kind == "init"}
-
-    cut = random.Random(seed ^ 0xC0DE)
-    waves, pos = [], 0
-    while pos < len(order):
-        waves.append(list(range(pos, min(pos + cut.randint(1, wave_cut), len(order)))))
-        pos = waves[-1][-1] + 1
-    wave_end = {p: wave[-1] for wave in waves for p in wave}
 
     ledger = PartitionedLedger(partitions) if partitions > 1 else AckLedger()
     seen: dict[int, tuple[str, int]] = {}
-    for wave in waves:
-        outcome = ledger.merge(*reduce_wave([messages[order[p]] for p in wave]))
+    for wave in range(waves):
+        delivered = [m for i, m in enumerate(messages) if wave_of[i] == wave]
+        pick.shuffle(delivered)
+        if not delivered:
+            continue
+        outcome = ledger.merge(*reduce_wave(delivered))
         for kind, settled in (("completed", outcome.completed), ("failed", outcome.failed)):
             for task, root in settled.pairs():
                 assert root not in seen, f"root settled twice: {root}"
                 assert task == task_of[root]
-                seen[root] = (kind, wave[-1])
+                seen[root] = (kind, wave)
 
-    assert seen == {root: (kind, wave_end[p]) for root, (kind, p) in expect.items()}
+    assert seen == expect
 
 
 @settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32), n_steps=st.integers(0, 30))
 def test_a_fail_anywhere_fails_the_root(seed, n_steps):
-    roots, messages, _, _ = build_dags(seed, 1, n_steps, 1.0, 0.0)
+    roots, messages, _, _, _ = build_dags(seed, 1, n_steps, 1.0, 0.0)
     root = roots[0]
     # fail one random message's tuple instead: replace a random ack with a fail of that root
     acks = [i for i, m in enumerate(messages) if m.kind == "ack"]

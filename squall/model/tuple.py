@@ -15,14 +15,12 @@ class Tuple:
     """Values with their field names, their source, and their place in tuple trees.
 
     ``anchors_to_ids`` maps each root (spout tuple id) of a tree the tuple belongs
-    to, to the edge id this copy carries for it; ``ack_val`` accumulates the edge
-    ids of tuples anchored to it. Both are the acker's business, not the user's.
-    A tuple in exactly one tree, the common case, keeps that pair as ``root`` and
+    to, to the edge id this copy carries for it: the acker's business, not the
+    user's. A tuple in exactly one tree, the common case, keeps that pair as ``root`` and
     ``edge``; one in several trees keeps its map in ``trees`` (``root`` is 0).
     """
 
     __slots__ = (
-        "ack_val",
         "edge",
         "fields",
         "id",
@@ -54,7 +52,6 @@ class Tuple:
         self.root, self.edge, self.trees = root, edge, None
         if anchors_to_ids:
             self.anchors_to_ids = anchors_to_ids
-        self.ack_val = 0
         self.id = id  # unique per delivered copy; identifies the tuple to its task
 
     @property
@@ -72,6 +69,8 @@ class Tuple:
             self.root, self.edge, self.trees = 0, 0, (dict(mapping) or None)
 
     def __getitem__(self, key: int | str) -> Any:
+        if type(key) is int:
+            return self.values[key]
         if isinstance(key, str):
             try:
                 return self.values[self.fields.index(key)]

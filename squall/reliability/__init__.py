@@ -1,6 +1,6 @@
 """The reliability core: pure state machines the runtime drives. No Spark, no threads."""
 
-from squall.reliability.anchoring import ack_messages, anchor, fail_messages, spout_edges
+from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages, spout_edges
 from squall.reliability.ids import IdGenerator, new_id
 from squall.reliability.ledger import (
     AckLedger,
@@ -23,6 +23,7 @@ __all__ = [
     "ack_messages",
     "acker_partition",
     "anchor",
+    "enter_messages",
     "fail_messages",
     "new_id",
     "spout_edges",

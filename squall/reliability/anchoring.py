@@ -1,18 +1,24 @@
 """Edge ids and the ack messages they produce: the tuple side of the XOR acker.
 
 Every tuple copy sent to a task carries, for each tree (root) it belongs to, an
-edge id. The acker's value for a root is the XOR of every edge id that entered
-the tree and every edge id that left it, so it reaches 0 exactly when every edge
-has been acked.
+edge id. As Storm's acker does, a root's value is the XOR of every edge id sent
+into its tree and every edge id acked out of it: each time a tuple is sent its
+edge is XORed in, and each time it is acked the same edge is XORed in again.
+The value reaches 0 when every tuple sent has been acked (otherwise with odds
+of 2^-64).
 
 * A spout emit sends one copy per target task, each with a fresh edge id; the
   init message carries the XOR of those edge ids.
-* A bolt emit anchored to tuples ``a1..an`` draws a fresh edge id per anchor,
-  XORs it into that anchor's pending ``ack_val`` and into the new tuple's edge id
-  for every root of the anchor. Anchoring to the same tuple twice draws two ids,
-  which cancel in the new tuple but both stay in the anchor's ``ack_val``.
-* Acking a tuple sends, for each of its roots, ``edge_id ^ ack_val``: its own
-  edge leaves the tree while the edges of the tuples anchored to it enter.
+* A bolt emit anchored to tuples ``a1..an`` gives the new copy a fresh edge id
+  for each root of its anchors; ``(root, edge)`` is also the message that sends
+  the edge into that tree.
+* Acking a tuple sends ``(root, edge)`` for each of its roots: its edge leaves.
+
+Storm carries a tuple's children's edges on the tuple's own ack (the "ack
+val"); squall sends them in the report of the wave that emitted them, with that
+wave's acks. A child's edge therefore never reaches the acker after its
+parent's ack, so a tree's value covers every tuple sent and not yet acked, and
+it never reaches 0 early. The acker applies a wave's reports all at once.
 """
 
 from __future__ import annotations
@@ -27,11 +33,6 @@ class Anchorable(Protocol):
     """What the acker needs to know of a tuple."""
 
     anchors_to_ids: dict[int, int]  # root id -> edge id this tuple carries
-    ack_val: int  # XOR of the edge ids of tuples anchored to this one
-
-
-def _xor_into(mapping: dict[int, int], root: int, value: int) -> None:
-    mapping[root] = mapping.get(root, 0) ^ value
 
 
 def spout_edges(root: int, num_copies: int, next_id: Callable[[], int] = new_id) -> tuple[int, list[dict[int, int]]]:
@@ -46,24 +47,23 @@ def spout_edges(root: int, num_copies: int, next_id: Callable[[], int] = new_id)
 
 
 def anchor(anchors: Iterable[Anchorable], next_id: Callable[[], int] = new_id) -> dict[int, int]:
-    """The ``anchors_to_ids`` of one new tuple copy anchored to ``anchors``.
+    """The ``anchors_to_ids`` of one new tuple copy anchored to ``anchors``: a fresh edge per root.
 
-    Updates each anchor's ``ack_val`` as a side effect, as Storm's collector does.
+    Each of its ``(root, edge)`` pairs is also the message that sends the edge into its tree
+    (``enter_messages``), due no later than the ack of any of ``anchors``.
     """
-    anchors_to_ids: dict[int, int] = {}
-    for parent in anchors:
-        if not parent.anchors_to_ids:
-            continue
-        edge = next_id()
-        parent.ack_val ^= edge
-        for root in parent.anchors_to_ids:
-            _xor_into(anchors_to_ids, root, edge)
-    return anchors_to_ids
+    roots = dict.fromkeys(root for parent in anchors for root in parent.anchors_to_ids)
+    return {root: next_id() for root in roots}
+
+
+def enter_messages(anchors_to_ids: dict[int, int]) -> list[tuple[int, int]]:
+    """The ``(root, edge)`` messages that send a new tuple copy's edges into its trees."""
+    return list(anchors_to_ids.items())
 
 
 def ack_messages(tup: Anchorable) -> list[tuple[int, int]]:
-    """The ``(root, xor_value)`` messages that acking ``tup`` sends."""
-    return [(root, edge ^ tup.ack_val) for root, edge in tup.anchors_to_ids.items()]
+    """The ``(root, edge)`` messages that acking ``tup`` sends: its edges leave their trees."""
+    return list(tup.anchors_to_ids.items())
 
 
 def fail_messages(tup: Anchorable) -> list[int]:

@@ -7,7 +7,9 @@ are) and reseeds, so two processes never hand out the same sequence.
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -33,6 +35,17 @@ class IdGenerator:
         if not self._buffer or (self._seed is None and os.getpid() != self._pid):
             self._buffer = self.next_ids(_BLOCK).tolist()  # next_ids reseeds in a forked child
         return self._buffer.pop()
+
+    def _blocks(self) -> Iterator[list[int]]:
+        while True:
+            yield self.next_ids(_BLOCK).tolist()
+
+    def seeded_source(self) -> Callable[[], int]:
+        """``next_id`` for a seeded generator, as a C-level iterator's ``__next__``: the cheapest call there is,
+        for one id per emitted tuple. Ids come from the same sequence ``next_ids`` draws from."""
+        if self._seed is None:
+            raise ValueError("seeded_source() needs a seeded IdGenerator: it does not check for a fork")
+        return itertools.chain.from_iterable(self._blocks()).__next__
 
     def next_ids(self, n: int) -> np.ndarray:
         """``n`` ids as a uint64 array."""

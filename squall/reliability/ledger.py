@@ -226,7 +226,7 @@ class AckLedger:
         if not (len(xors) == len(tasks) == len(state) == len(resets) == n):
             raise ValueError("merge(): roots, xors, init_tasks, failed and reset differ in length")
 
-        order = np.argsort(roots, kind="stable")
+        order = np.argsort(roots)  # one row per root (checked below): any sort gives one order
         roots, xors, tasks, state, resets = (
             roots[order],
             xors[order],

@@ -40,7 +40,7 @@ class AckBatch:
         """Rows with repeated roots folded into one: values XORed, flags ORed."""
         if len(roots) == 0:
             return cls.empty()
-        order = np.argsort(roots, kind="stable")
+        order = np.argsort(roots)  # XOR and OR do not care which of a root's rows comes first
         roots = roots[order]
         starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1])))
         return cls(

@@ -145,7 +145,7 @@ class BoltTask:
     def begin_wave(self, generation: int, wave: int) -> None:
         ids = IdGenerator([self.settings.seed, wave, self.task])  # a replayed wave draws the same ids
         collector = self.collector
-        collector.next_id = ids.next_id
+        collector.ids, collector.next_id = ids, ids.seeded_source()
         collector.generation, collector.wave = generation, wave
         collector.status = TaskStatus()
         collector.captured = []
@@ -161,13 +161,17 @@ class BoltTask:
         return fields
 
     def execute_batch(self, batch: Batch) -> None:
-        """Each row as a ``Tuple`` through the bolt, in order; a row that raises fails and the rest go on."""
+        """Each row as a ``Tuple`` through the bolt, in order; a row that raises fails and the rest go on.
+
+        A basic bolt's rows are acked together once the batch is done (``OutputCollector.ack_batch``).
+        """
         component, source, trees = batch.component, batch.source, batch.trees
         collector = self.collector
         collector.status.executed += len(batch.values)
         basic_collector = self.basic_collector
-        execute, ack = self.bolt.execute, collector.ack
+        execute = self.bolt.execute
         fields_of, last_stream, fields = self._fields_of, None, None
+        failed: list[int] = []  # rows that raised or failed
         for i, (stream, values, root, edge) in enumerate(
             zip(batch.streams, batch.values, batch.roots, batch.edges, strict=True)
         ):
@@ -180,13 +184,16 @@ class BoltTask:
                 if basic_collector is not None:
                     basic_collector.input = tup
                     execute(tup, basic_collector)
-                    ack(tup)
                 else:
                     execute(tup)
             except FailedException:
                 collector.fail(tup)
+                failed.append(i)
             except Exception as exc:
                 self._raised(tup, exc)
+                failed.append(i)
+        if basic_collector is not None:
+            collector.ack_batch(batch, failed)
 
     def _raised(self, tup: Tuple, exc: Exception) -> None:
         log.error("%s task %d failed %r", self.component, self.task, tup, exc_info=True)

@@ -7,13 +7,16 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import numpy as np
+
 from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology
 from squall.model.tuple import Tuple
-from squall.reliability.anchoring import ack_messages, anchor, fail_messages
-from squall.spark.acks import ACK, FAIL, RESET, AckBatch
+from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
+from squall.reliability.ids import IdGenerator
+from squall.spark.acks import AckBatch
 from squall.spark.protocol import Batch, TaskStatus
-from squall.spark.records import EmitChecker, Routes, direct_target
+from squall.spark.records import PLAIN_TYPES, EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
 
@@ -65,13 +68,20 @@ class OutputCollector:
         self._routes = Routes(topology, component, task, local_tasks)
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
+        self._arity = self._check.arity
+        self.ids: IdGenerator | None = None  # set per wave: a replayed wave draws the same edge ids
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0
         self.wave = 0
         self.outbox: dict[int, Batch] = {}  # target task -> this wave's emits to it not yet shipped
         self.ship: Callable[[Batch], None] | None = None
-        self.ack_roots: list[int] = []  # (root, edge ^ ack_val) of each ack, reduced by take_acks()
-        self.ack_values: list[int] = []
+        # The wave's acker messages, XOR-reduced per root by take_acks():
+        self._acked_roots: list[int] = []  # (root, edge) of each acked tuple in one tree; ints, not the tuples,
+        self._acked_edges: list[int] = []  # which the garbage collector would walk over and over until the wave ends
+        self._acked_rows: list[tuple[list[int], list[int]]] = []  # a basic bolt's batch: every row acked at once
+        self._entered: list[tuple[Any, np.ndarray]] = []  # (roots, edges) of shipped rows, sent into trees
+        self._message_roots: list[int] = []  # any other (root, edge) message
+        self._message_edges: list[int] = []
         self.failed_roots: list[int] = []
         self.reset_roots: list[int] = []
         self.status = TaskStatus()
@@ -91,14 +101,41 @@ class OutputCollector:
     def _full(self, batch: Batch) -> None:
         if self.ship is not None:
             del self.outbox[batch.target]
+            self._seal(batch)
             self.ship(batch)
 
+    def _seal(self, batch: Batch) -> None:
+        """Draw the edge ids of the batch's rows in one tree, all at once, and send them into their trees."""
+        if not self._acking or not batch.roots:
+            return
+        roots = batch.roots
+        if 0 not in roots:  # every row in one tree: the common case
+            fresh = self.ids.next_ids(len(roots))
+            batch.edges = fresh.tolist()
+            self._entered.append((roots, fresh))
+            return
+        in_tree = np.array(roots, dtype=np.uint64) != 0
+        count = int(np.count_nonzero(in_tree))
+        if count:
+            fresh = self.ids.next_ids(count)
+            edges = np.zeros(len(roots), dtype=np.uint64)
+            edges[in_tree] = fresh
+            batch.edges = edges.tolist()
+            self._entered.append((np.array(roots, dtype=np.uint64)[in_tree], fresh))
+
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
-        """The general emit: any number of targets, any anchors."""
+        """The general emit: any number of targets, any anchors. Each copy's edges are drawn here and keep
+        to the batch's ``trees``, so that ``_seal`` leaves them be."""
         parents = _anchor_list(anchors) if self._acking else []
         for _, task in targets:
             batch = self._batch_to(task)
-            batch.add_in_trees(stream, values, anchor(parents, self.next_id) if parents else {})
+            anchors_to_ids = anchor(parents, self.next_id) if parents else {}
+            if anchors_to_ids:
+                batch.trees[len(batch.values)] = anchors_to_ids
+                for root, edge in enter_messages(anchors_to_ids):
+                    self._message_roots.append(root)
+                    self._message_edges.append(edge)
+            batch.add(stream, values)
             if len(batch.values) >= CHUNK_ROWS:
                 self._full(batch)
         if self._capture and stream == DEFAULT_STREAM:
@@ -113,29 +150,33 @@ class OutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
-        values = self._check(stream, values)
+        if (
+            type(values) in (list, tuple)
+            and len(values) == self._arity.get(stream)
+            and PLAIN_TYPES.issuperset(map(type, values))
+        ):  # EmitChecker's fast path, inline
+            values = tuple(values)
+        else:
+            values = self._check(stream, values)
         pick = self._pickers.get(stream)
         if pick is None:
             pick = self._pickers[stream] = self._routes.picker(stream) or False
         if pick is False:
             return self._send(self._routes.targets(stream, values), stream, values, anchors)
         target = pick(values)
-        root = edge = 0
+        root = 0
         if anchors is not None and self._acking:
-            parent = _sole_anchor(anchors)
+            parent = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
             if parent is None or parent.trees:
                 return self._send([("", target)], stream, values, anchors)
-            root = parent.root
-            if root:
-                edge = self.next_id()
-                parent.ack_val ^= edge
+            root = parent.root  # the row's edge is drawn when its batch is sealed
         batch = self.outbox.get(target)
         if batch is None:
             batch = self._batch_to(target)
         batch.streams.append(stream)  # Batch.add, inline: this runs once per tuple
         batch.values.append(values)
         batch.roots.append(root)
-        batch.edges.append(edge)
+        batch.edges.append(0)
         if len(batch.values) >= CHUNK_ROWS:
             self._full(batch)
         if self._capture and stream == DEFAULT_STREAM:
@@ -157,14 +198,30 @@ class OutputCollector:
     def ack(self, tup: Tuple) -> None:
         self.status.acked += 1
         if self._acking:
-            root = tup.root
-            if root:
-                self.ack_roots.append(root)
-                self.ack_values.append(tup.edge ^ tup.ack_val)
+            if tup.root:
+                self._acked_roots.append(tup.root)
+                self._acked_edges.append(tup.edge)
             elif tup.trees:
-                for root, value in ack_messages(tup):
-                    self.ack_roots.append(root)
-                    self.ack_values.append(value)
+                for root, edge in ack_messages(tup):
+                    self._message_roots.append(root)
+                    self._message_edges.append(edge)
+
+    def ack_batch(self, batch: Batch, failed: list[int]) -> None:
+        """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""
+        self.status.acked += len(batch.values) - len(failed)
+        if self._acking:
+            roots = batch.roots
+            if failed:
+                roots = list(roots)
+                for i in failed:
+                    roots[i] = 0  # in no tree: left out of the acks
+            self._acked_rows.append((roots, batch.edges))
+            skip = set(failed)
+            for i, trees in batch.trees.items():
+                if i not in skip:
+                    for root, edge in trees.items():
+                        self._message_roots.append(root)
+                        self._message_edges.append(edge)
 
     def fail(self, tup: Tuple) -> None:
         self.status.failed += 1
@@ -176,20 +233,35 @@ class OutputCollector:
             self.reset_roots.extend(tup.anchors_to_ids)
 
     def take_batches(self) -> list[Batch]:
-        """The emits not shipped yet, one batch per target task; the outbox starts over."""
+        """The emits not shipped yet, one batch per target task, sealed; the outbox starts over."""
         batches, self.outbox = list(self.outbox.values()), {}
+        for batch in batches:
+            self._seal(batch)
         return batches
 
     def take_acks(self) -> AckBatch:
-        """This wave's ack messages, XOR-reduced per root; the buffers start over."""
-        acks, failed, reset = len(self.ack_roots), len(self.failed_roots), len(self.reset_roots)
-        batch = AckBatch.from_messages(
-            self.ack_roots + self.failed_roots + self.reset_roots,
-            self.ack_values + [0] * (failed + reset),
-            [ACK] * acks + [FAIL] * failed + [RESET] * reset,
-        )
-        self.ack_roots, self.ack_values, self.failed_roots, self.reset_roots = [], [], [], []
-        return batch
+        """This wave's acker messages, XOR-reduced per root; the buffers start over."""
+        roots = [np.array(self._acked_roots, dtype=np.uint64), np.array(self._message_roots, dtype=np.uint64)]
+        edges = [np.array(self._acked_edges, dtype=np.uint64), np.array(self._message_edges, dtype=np.uint64)]
+        for row_roots, row_edges in self._acked_rows:
+            roots.append(np.array(row_roots, dtype=np.uint64))
+            edges.append(np.array(row_edges, dtype=np.uint64))
+        for entered_roots, entered_edges in self._entered:
+            roots.append(np.asarray(entered_roots, dtype=np.uint64))
+            edges.append(entered_edges)
+        failed, reset = len(self.failed_roots), len(self.reset_roots)
+        roots.append(np.array(self.failed_roots + self.reset_roots, dtype=np.uint64))
+        edges.append(np.zeros(failed + reset, dtype=np.uint64))
+        all_roots, all_edges = np.concatenate(roots), np.concatenate(edges)
+        flags = len(all_roots) - failed - reset
+        is_failed = np.zeros(len(all_roots), dtype=bool)
+        is_failed[flags : flags + failed] = True
+        is_reset = np.zeros(len(all_roots), dtype=bool)
+        is_reset[flags + failed :] = True
+        in_tree = all_roots != 0  # rows of a basic bolt's batch in no tree
+        self._acked_roots, self._acked_edges, self._acked_rows, self._entered = [], [], [], []
+        self._message_roots, self._message_edges, self.failed_roots, self.reset_roots = [], [], [], []
+        return AckBatch.reduce(all_roots[in_tree], all_edges[in_tree], is_failed[in_tree], is_reset[in_tree])
 
     def report_error(self, error: BaseException) -> None:
         text = "".join(traceback.format_exception(error))
@@ -206,10 +278,11 @@ class BasicOutputCollector:
 
     def __init__(self, collector: OutputCollector) -> None:
         self._collector = collector
+        self._emit = collector.emit
         self.input: Tuple | None = None
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._collector.emit(values, anchors=self.input, stream=stream)
+        return self._emit(values, self.input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
         self._collector.emit_direct(task, values, anchors=self.input, stream=stream)

@@ -45,7 +45,8 @@ _SAFE_SCALARS = (
 )
 
 
-_PLAIN = frozenset({str, int, float, bool, bytes, type(None)})
+PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
+_PLAIN = PLAIN_TYPES
 
 
 def _serializable(value: Any, depth: int = 0) -> bool:
@@ -95,13 +96,13 @@ class EmitChecker:
 
     def __init__(self, topology: Topology, component: str) -> None:
         self._topology, self._component = topology, component
-        self._arity = {stream: len(fields) for stream, fields in topology.components[component].streams.items()}
+        self.arity = {stream: len(fields) for stream, fields in topology.components[component].streams.items()}
 
     def __call__(self, stream: str, values: Any) -> tuple:
         if (
             type(values) in (tuple, list)
-            and self._arity.get(stream) == len(values)
-            and _PLAIN.issuperset(map(type, values))
+            and self.arity.get(stream) == len(values)
+            and PLAIN_TYPES.issuperset(map(type, values))
         ):
             return tuple(values)
         return check_emit(self._topology, self._component, stream, values)
@@ -184,6 +185,7 @@ __all__ = [
     "DEFAULT_STREAM",
     "TICK_STREAM",
     "EmitChecker",
+    "PLAIN_TYPES",
     "EmitError",
     "SerializationError",
     "check_emit",

@@ -74,7 +74,7 @@ class WaveInFlight:
 @dataclass
 class CompletedWave:
     wave: int
-    seconds: float  # from sending to the last report
+    seconds: float  # from sending, or from the wave before it completing if later, to its last report
     tuples: int  # the driver's tuples in it
     acks: AckBatch
     status: dict[tuple[str, int], TaskStatus]
@@ -124,6 +124,7 @@ class WaveScheduler:
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
         self.applied = 0
+        self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
         self.next_wave = 1
         self.generation = 0
         self.ready = False
@@ -339,7 +340,9 @@ class WaveScheduler:
                 captured[(report.component, task)] = report.captured
             acks.append(report.acks)
         self.checkpointer.completed(flight.wave, self.snapshots)
-        seconds = time.monotonic() - flight.sent_at
+        now = time.monotonic()
+        seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
+        self._last_completed_at = now
         return CompletedWave(flight.wave, seconds, flight.tuples, AckBatch.combine(acks), status, captured)
 
     # -- stopping -----------------------------------------------------------------------

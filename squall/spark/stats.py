@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 LATENCY_RANGE_US = (1, 3_600_000_000)
@@ -41,6 +42,16 @@ class ComponentStats:
     def record_latency(self, seconds: float) -> None:
         micros = min(max(round(seconds * 1e6), LATENCY_RANGE_US[0]), LATENCY_RANGE_US[1])
         self.latencies.record_value(micros)
+
+    def record_latencies(self, seconds: list[float]) -> None:
+        """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which
+        changes nothing the histogram holds), and each bucket is recorded once with its count."""
+        micros = np.clip(np.rint(np.asarray(seconds) * 1e6), *LATENCY_RANGE_US).astype(np.int64)
+        exact = self.latencies.sub_bucket_count  # below this every value has a bucket of its own
+        shift = np.maximum(np.floor(np.log2(np.maximum(micros, 1))).astype(np.int64) + 1 - (exact.bit_length() - 1), 0)
+        values, counts = np.unique((micros >> shift) << shift, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            self.latencies.record_value(value, count)
 
     def latency_percentile(self, q: float) -> float | None:
         """The ``q``-th percentile of complete latency in milliseconds (2 significant digits), if any."""

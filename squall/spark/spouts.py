@@ -1,0 +1,197 @@
+"""Spout hosting, on the driver: spout tasks, their collectors, and the driver's tuples for the next wave.
+
+The host calls ``next_tuple`` on each spout task within its ``max.spout.pending``
+budget and the wave's size. An emit with a message id starts a tuple tree
+(``trees.PendingTrees.start``) and becomes one row per target task in the
+wave's ``DriverOutbox``, carrying the tree's root and the copy's edge id. When
+trees settle, the host calls ``ack`` or ``fail`` on the exact spout task that
+emitted each one and records its complete latency.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from squall.model.components import DEFAULT_STREAM
+from squall.model.topology import Topology, TopologyContext
+from squall.spark.clock import Clock
+from squall.spark.protocol import DRIVER, Batch
+from squall.spark.records import EmitChecker, Routes, direct_target
+from squall.spark.stats import RunStats
+from squall.spark.trees import PendingTrees, PendingTuple, Settlement
+
+log = logging.getLogger("squall")
+
+
+class DriverOutbox:
+    """The driver's tuples for the next wave (spout emits and ticks), one batch per (target task, source)."""
+
+    def __init__(self) -> None:
+        self._batches: dict[int, dict[tuple[str, int], Batch]] = defaultdict(dict)
+
+    def batch_for(self, target: int, component: str, source: int) -> Batch:
+        per_source = self._batches[target]
+        batch = per_source.get((component, source))
+        if batch is None:
+            batch = per_source[(component, source)] = Batch(0, 0, DRIVER, component, source, target)
+        return batch
+
+    def take(self) -> dict[int, list[Batch]]:
+        """Every target task's batches; the outbox starts over."""
+        batches, self._batches = self._batches, defaultdict(dict)
+        return {task: list(per_source.values()) for task, per_source in batches.items()}
+
+
+class SpoutOutputCollector:
+    def __init__(self, host: SpoutHost, topology: Topology, component: str, task: int) -> None:
+        self._host, self._topology, self._component, self._task = host, topology, component, task
+        self._routes = Routes(topology, component, task)
+        self._check = EmitChecker(topology, component)
+
+    def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
+        values = self._check(stream, values)
+        pick = self._routes.picker(stream)
+        if pick is not None:
+            targets = [pick(values)]
+        else:
+            targets = [task for _, task in self._routes.targets(stream, values)]
+        return self._host.emit(self._component, self._task, stream, values, msg_id, targets)
+
+    def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
+        values = self._check(stream, values)
+        direct_target(self._topology, self._component, stream, task)
+        self._host.emit(self._component, self._task, stream, values, msg_id, [task])
+
+    def report_error(self, error: BaseException) -> None:
+        log.error("spout %s task %d reported an error", self._component, self._task, exc_info=error)
+
+    def report_malformed(self, what: str) -> None:
+        """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
+        self._host.stats.of(self._component).malformed += 1
+        log.error("spout %s task %d: malformed message set aside: %s", self._component, self._task, what)
+
+
+class SpoutTask:
+    def __init__(self, host: SpoutHost, topology: Topology, conf: dict, component: str, task: int) -> None:
+        self.component, self.task = component, task
+        spec = topology.components[component]
+        self.spout = copy.deepcopy(spec.obj)
+        self.context = TopologyContext(topology, component, task)
+        self.collector = SpoutOutputCollector(host, topology, component, task)
+        self.spout.open({**conf, **spec.conf}, self.context, self.collector)
+
+
+class SpoutHost:
+    """The topology's spout tasks, with what they emit for the next wave and the trees they wait on."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        conf: dict,
+        stats: RunStats,
+        trees: PendingTrees | None,
+        clock: Clock,
+        max_pending: int | None,
+        captured: dict[str, list[tuple]] | None,
+    ) -> None:
+        self.stats = stats
+        self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
+        self.outbox = DriverOutbox()
+        self._now: Callable[[], float] = clock.now
+        self._max_pending = max_pending
+        self._captured = captured  # default-stream emits, when testing asks for them
+        self._immediate_acks: list[tuple[int, Any]] = []
+        self.emits = 0
+        self.tasks = [
+            SpoutTask(self, topology, conf, component, task)
+            for component, spec in topology.spouts.items()
+            for task in spec.tasks
+        ]
+        self._by_task = {s.task: s for s in self.tasks}
+        self._component_stats = {component: stats.of(component) for component in topology.spouts}
+
+    def emit(self, component: str, task: int, stream: str, values: tuple, msg_id: Any, targets: list[int]) -> list[int]:
+        self.emits += 1
+        self._component_stats[component].emitted += 1
+        batch_for = self.outbox.batch_for
+        if msg_id is not None and self.trees is not None and targets:
+            root, edges = self.trees.start(task, msg_id, self._now(), len(targets))
+            for target, edge in zip(targets, edges, strict=True):
+                batch_for(target, component, task).add(stream, values, root, edge)
+        else:
+            if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
+                self._immediate_acks.append((task, msg_id))
+            for target in targets:
+                batch_for(target, component, task).add(stream, values)
+        if self._captured is not None and stream == DEFAULT_STREAM:
+            self._captured[component].append(values)
+        return targets
+
+    def call(self, calls_per_task: int) -> int:
+        """Up to ``calls_per_task`` ``next_tuple`` calls per spout task, each task stopping at its pending budget
+        or when a call emits nothing; returns the emits."""
+        before = self.emits
+        per_task = self.trees.per_task if self.trees is not None else None
+        for s in self.tasks:
+            for _ in range(calls_per_task):
+                if per_task is not None and self._max_pending is not None and per_task[s.task] >= self._max_pending:
+                    break
+                emitted = self.emits
+                try:
+                    s.spout.next_tuple()
+                except Exception:
+                    self.stats.of(s.component).errors += 1
+                    log.exception("spout %s task %d raised in next_tuple", s.component, s.task)
+                    break
+                if self.emits == emitted:
+                    break
+        acks, self._immediate_acks = self._immediate_acks, []
+        for task, msg_id in acks:
+            spout = self._by_task[task]
+            self.stats.of(spout.component).acked += 1
+            self._call(spout, "ack", msg_id)
+        return self.emits - before
+
+    def settle(self, settlement: Settlement) -> None:
+        """``ack`` or ``fail`` on the spout task of each finished tree; complete latencies recorded per spout."""
+        if not len(settlement):
+            return
+        now = self._now()
+        latencies: dict[str, list[float]] = defaultdict(list)
+        for entry in settlement.acked:
+            spout = self._by_task[entry.spout_task]
+            latencies[spout.component].append(now - entry.emitted_at)
+            self._call(spout, "ack", entry.msg_id)
+        for component, seconds in latencies.items():
+            stats = self.stats.of(component)
+            stats.acked += len(seconds)
+            stats.record_latencies(seconds)
+        for entries, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
+            for entry in entries:
+                self._fail(entry, timed_out)
+
+    def _fail(self, entry: PendingTuple, timed_out: bool) -> None:
+        spout = self._by_task[entry.spout_task]
+        stats = self.stats.of(spout.component)
+        stats.failed += 1
+        stats.timed_out += timed_out
+        self._call(spout, "fail", entry.msg_id)
+
+    def _call(self, spout: SpoutTask, method: str, msg_id: Any) -> None:
+        try:
+            getattr(spout.spout, method)(msg_id)
+        except Exception:
+            self.stats.of(spout.component).errors += 1
+            log.exception("spout %s task %d raised in %s(%r)", spout.component, spout.task, method, msg_id)
+
+    def close(self) -> None:
+        for s in self.tasks:
+            try:
+                s.spout.close()
+            except Exception:
+                log.exception("spout %s task %d raised in close()", s.component, s.task)
