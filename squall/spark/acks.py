@@ -51,7 +51,8 @@ class AckBatch:
         )
 
     @classmethod
-    def from_messages(cls, roots: list[int], values: list[int], kinds: list[int]) -> AckBatch:
+    def from_messages(cls, roots, values, kinds) -> AckBatch:
+        """One row per message (lists or arrays): ``kinds`` are ``ACK``, ``FAIL`` or ``RESET``."""
         kind = np.asarray(kinds, np.uint8)
         return cls.reduce(
             np.asarray(roots, np.uint64).reshape(-1),

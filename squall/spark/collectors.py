@@ -14,7 +14,7 @@ from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
-from squall.spark.acks import AckBatch
+from squall.spark.acks import ACK, FAIL, RESET, AckBatch
 from squall.spark.protocol import Batch, TaskStatus
 from squall.spark.records import PLAIN_TYPES, EmitChecker, Routes, direct_target
 
@@ -114,14 +114,15 @@ class OutputCollector:
             batch.edges = fresh.tolist()
             self._entered.append((roots, fresh))
             return
-        in_tree = np.array(roots, dtype=np.uint64) != 0
+        column = np.array(roots, dtype=np.uint64)
+        in_tree = column != 0
         count = int(np.count_nonzero(in_tree))
         if count:
             fresh = self.ids.next_ids(count)
             edges = np.zeros(len(roots), dtype=np.uint64)
             edges[in_tree] = fresh
             batch.edges = edges.tolist()
-            self._entered.append((np.array(roots, dtype=np.uint64)[in_tree], fresh))
+            self._entered.append((column[in_tree], fresh))
 
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
         """The general emit: any number of targets, any anchors. Each copy's edges are drawn here and keep
@@ -132,9 +133,7 @@ class OutputCollector:
             anchors_to_ids = anchor(parents, self.next_id) if parents else {}
             if anchors_to_ids:
                 batch.trees[len(batch.values)] = anchors_to_ids
-                for root, edge in enter_messages(anchors_to_ids):
-                    self._message_roots.append(root)
-                    self._message_edges.append(edge)
+                self._messages(enter_messages(anchors_to_ids))
             batch.add(stream, values)
             if len(batch.values) >= CHUNK_ROWS:
                 self._full(batch)
@@ -202,9 +201,7 @@ class OutputCollector:
                 self._acked_roots.append(tup.root)
                 self._acked_edges.append(tup.edge)
             elif tup.trees:
-                for root, edge in ack_messages(tup):
-                    self._message_roots.append(root)
-                    self._message_edges.append(edge)
+                self._messages(ack_messages(tup))
 
     def ack_batch(self, batch: Batch, failed: list[int]) -> None:
         """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""
@@ -217,11 +214,15 @@ class OutputCollector:
                     roots[i] = 0  # in no tree: left out of the acks
             self._acked_rows.append((roots, batch.edges))
             skip = set(failed)
-            for i, trees in batch.trees.items():
+            for i, anchors_to_ids in batch.trees.items():
                 if i not in skip:
-                    for root, edge in trees.items():
-                        self._message_roots.append(root)
-                        self._message_edges.append(edge)
+                    self._messages(anchors_to_ids.items())
+
+    def _messages(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """``(root, edge)`` acker messages of tuples in several trees."""
+        for root, edge in pairs:
+            self._message_roots.append(root)
+            self._message_edges.append(edge)
 
     def fail(self, tup: Tuple) -> None:
         self.status.failed += 1
@@ -253,15 +254,12 @@ class OutputCollector:
         roots.append(np.array(self.failed_roots + self.reset_roots, dtype=np.uint64))
         edges.append(np.zeros(failed + reset, dtype=np.uint64))
         all_roots, all_edges = np.concatenate(roots), np.concatenate(edges)
-        flags = len(all_roots) - failed - reset
-        is_failed = np.zeros(len(all_roots), dtype=bool)
-        is_failed[flags : flags + failed] = True
-        is_reset = np.zeros(len(all_roots), dtype=bool)
-        is_reset[flags + failed :] = True
+        kinds = np.full(len(all_roots), ACK, dtype=np.uint8)
+        kinds[len(all_roots) - failed - reset :] = [FAIL] * failed + [RESET] * reset
         in_tree = all_roots != 0  # rows of a basic bolt's batch in no tree
         self._acked_roots, self._acked_edges, self._acked_rows, self._entered = [], [], [], []
         self._message_roots, self._message_edges, self.failed_roots, self.reset_roots = [], [], [], []
-        return AckBatch.reduce(all_roots[in_tree], all_edges[in_tree], is_failed[in_tree], is_reset[in_tree])
+        return AckBatch.from_messages(all_roots[in_tree], all_edges[in_tree], kinds[in_tree])
 
     def report_error(self, error: BaseException) -> None:
         text = "".join(traceback.format_exception(error))

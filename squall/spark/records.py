@@ -46,11 +46,10 @@ _SAFE_SCALARS = (
 
 
 PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
-_PLAIN = PLAIN_TYPES
 
 
 def _serializable(value: Any, depth: int = 0) -> bool:
-    if type(value) in _PLAIN or isinstance(value, _SAFE_SCALARS):
+    if type(value) in PLAIN_TYPES or isinstance(value, _SAFE_SCALARS):
         return True
     if depth < 3 and isinstance(value, (tuple, list, set, frozenset)):
         return all(_serializable(v, depth + 1) for v in value)
@@ -83,7 +82,7 @@ def check_emit(topology: Topology, component: str, stream: str, values: Any) -> 
             f"which declares {len(fields)} field(s) {list(fields)}"
         )
     for name, value in zip(fields, values, strict=True):
-        if type(value) not in _PLAIN and not _serializable(value):
+        if type(value) not in PLAIN_TYPES and not _serializable(value):
             raise SerializationError(
                 f"component {component!r} emitted on stream {stream!r} a value that cannot be "
                 f"serialized: field {name!r} is a {type(value).__name__} ({value!r:.60})"

@@ -39,10 +39,6 @@ class ComponentStats:
         self.errors += len(status.errors)
         self.malformed += status.malformed
 
-    def record_latency(self, seconds: float) -> None:
-        micros = min(max(round(seconds * 1e6), LATENCY_RANGE_US[0]), LATENCY_RANGE_US[1])
-        self.latencies.record_value(micros)
-
     def record_latencies(self, seconds: list[float]) -> None:
         """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which
         changes nothing the histogram holds), and each bucket is recorded once with its count."""
