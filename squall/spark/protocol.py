@@ -205,18 +205,10 @@ class WorkerChannel:
 # -- transactional batches: what their emit and bolt jobs return -------------------------
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """Tuples for ``bolt``'s task, keyed in the job's records by the task's index."""
+    """Tuples for one task of ``bolt`` (``batch.target``), emitted in a batch's emit or bolt job."""
 
     bolt: str
     batch: Batch
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamFailed:
-    """Sent instead of tuples: the named upstream task failed, so this batch's input is partial."""
-
-    bolt: str
-    what: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,20 @@
 """Transactional topologies on Spark.
 
-Each try of a batch is three kinds of Spark work:
+Each try of a batch is one Spark job per phase, each job a single stage with
+no shuffle:
 
-1. **Emit** (one job, in txid order): the spout's emitters run in Spark tasks,
-   partition ``p`` on emitter task ``p mod parallelism``; the emitted tuples are
-   persisted and the partitions' metadata comes back to the driver, which stores
-   it durably before anything else happens to the batch.
-2. **Process** (one job per batch, up to ``topology.max.spout.pending`` batches
-   at once from a thread pool): every bolt that is neither a committer nor
-   downstream of one. Each task gets a fresh bolt instance, ``prepare(...,
-   batch_id)``, ``execute`` for each of its tuples (all of them: a shuffle
-   stands between tasks) and ``finish_batch``.
-3. **Commit** (one job, strictly in txid order): the committers and the bolts
-   downstream of them, the same way.
+1. **Emit** (in txid order): the spout's emitters run in Spark tasks, partition
+   ``p`` on emitter task ``p mod parallelism``. The job returns the emitted
+   tuples, grouped per target task, and the partitions' metadata, which the
+   driver stores durably before anything else happens to the batch.
+2. **Process** (up to ``topology.max.spout.pending`` batches at once, from a
+   thread pool): every bolt that is neither a committer nor downstream of one.
+   Each bolt task is one Spark task, handed exactly the tuples sent to it: a
+   fresh bolt instance, ``prepare(..., batch_id)``, ``execute`` for each tuple
+   and ``finish_batch``. Its emits come back with its report. A bolt that
+   reads another bolt of the same phase runs in a later job.
+3. **Commit** (strictly in txid order): the committers and the bolts downstream
+   of them, the same way.
 
 A ``FailedException`` (or any other error) in a bolt or emitter fails the
 attempt; the coordinator then fails it and every later active transaction, and
@@ -33,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from pyspark import RDD, SparkContext, StorageLevel
+from pyspark import SparkContext
 
 from squall.model import config as cfg
 from squall.model.components import BasicBolt
@@ -44,13 +46,13 @@ from squall.spark.clock import Clock
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.driver import WaveInfo
 from squall.spark.failures import TaskSetupError, stop_reason
+from squall.spark.protocol import Batch as ProtocolBatch
 from squall.spark.protocol import (
     BatchTaskReport,
     Delivery,
     EmitterCounts,
     EmitterFailed,
     PartitionEmitted,
-    UpstreamFailed,
 )
 from squall.spark.shipping import load_shipped, new_component, pickle_component, ship_topology
 from squall.spark.stats import RunStats
@@ -64,19 +66,10 @@ log = logging.getLogger("squall.transactional")
 
 
 # -- worker side ---------------------------------------------------------------
-class _UpstreamFailed(Exception):
-    pass
-
-
-def _task_index(key: int) -> int:
-    return key
-
-
 def _deliveries(topology: Topology, collector: OutputCollector):
-    """A collector's emits as ``(target task index, Delivery)`` records."""
+    """A collector's emits, one ``Delivery`` per target task."""
     for batch in collector.take_batches():
-        bolt = topology.component_of(batch.target)
-        yield topology.task_ids(bolt).index(batch.target), Delivery(bolt, batch)
+        yield Delivery(topology.component_of(batch.target), batch)
 
 
 def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
@@ -99,19 +92,21 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
                 new_meta = spout.emit_partition_batch_new(attempt, collector, partition, meta)
         except Exception as exc:
             failure = "".join(traceback.format_exception(exc))
-            yield (None, EmitterFailed(f"{spout_id} emitter task {task_id}, partition {partition}: {failure}"))
+            yield EmitterFailed(f"{spout_id} emitter task {task_id}, partition {partition}: {failure}")
             return
-        yield (None, PartitionEmitted(partition, new_meta))
-    yield (None, EmitterCounts(collector.status.emitted, collector.status.malformed))
+        yield PartitionEmitted(partition, new_meta)
+    yield EmitterCounts(collector.status.emitted, collector.status.malformed)
     yield from _deliveries(topology, collector)
 
 
-def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
+def _batch_task(run_id, topology_bc, attempt, tasks, index, inputs):
+    """Task ``tasks[index]`` of a batch: a fresh bolt instance, every tuple the task was sent, ``finish_batch``."""
     use_simulated_time(None)  # batches run on the wall clock
     shipped = load_shipped(run_id, topology_bc)
     topology = shipped.topology
+    task_id = tasks[index]
+    bolt = topology.component_of(task_id)
     spec = topology.components[bolt]
-    task_id = spec.tasks[index]
     collector = OutputCollector(topology, bolt, task_id, acking=False, capture=True)
     obj = new_component(shipped, bolt, task_id)
     context = TopologyContext(topology, bolt, task_id)
@@ -119,10 +114,6 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
     failure = None
     try:
         basic = isinstance(obj, BasicBolt)
-        records = [message for _, message in records]
-        broken = [message for message in records if isinstance(message, UpstreamFailed)]
-        if broken:  # an upstream task failed: this task's input is partial, so it must not finish
-            raise _UpstreamFailed(broken[0].what)
         try:
             if basic:
                 obj.prepare(task_conf, context)
@@ -131,84 +122,53 @@ def _batch_task(run_id, topology_bc, bolt, attempt, index, records):
                 obj.prepare(task_conf, context, collector, attempt)
         except Exception as exc:
             raise TaskSetupError(bolt, task_id, "prepare() raised", exc) from exc
-        for delivery in records:  # all Delivery: failure markers were checked above
-            batch = delivery.batch
-            for stream, values in batch.rows():
-                fields = topology.stream_fields(batch.component, stream)
-                tup = Tuple(values, fields, batch.component, batch.source, stream)
-                collector.status.executed += 1
-                if basic:
-                    basic_collector.input = tup
-                    obj.execute(tup, basic_collector)
-                else:
-                    obj.execute(tup)
+        for batches in inputs:
+            for batch in batches:
+                for stream, values in batch.rows():
+                    fields = topology.stream_fields(batch.component, stream)
+                    tup = Tuple(values, fields, batch.component, batch.source, stream)
+                    collector.status.executed += 1
+                    if basic:
+                        basic_collector.input = tup
+                        obj.execute(tup, basic_collector)
+                    else:
+                        obj.execute(tup)
         if not basic:
             obj.finish_batch()
     except TaskSetupError:
         raise  # Spark retries the task; if every attempt fails, the topology stops
-    except _UpstreamFailed as exc:
-        failure = f"{bolt} task {task_id}: not finished, as upstream {exc} failed"
     except FailedException as exc:
         failure = f"{bolt} task {task_id}: FailedException: {exc}"
     except Exception as exc:
         failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
         logging.getLogger("squall.task").error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
-    if failure is None:
+    if failure is None:  # a failed task's emits go nowhere: the batch is tried again
         yield from _deliveries(topology, collector)
-    else:  # tell every downstream task, so that none finishes the batch on partial input
-        for reader in {b for b, _ in topology.subscribers_of(bolt)}:
-            for index in range(topology.components[reader].parallelism):
-                yield (index, UpstreamFailed(reader, f"{bolt} task {task_id}"))
-    yield (None, BatchTaskReport(bolt, task_id, collector.status, collector.captured, failure))
-
-
-def _reports(records):
-    for _, message in records:
-        if isinstance(message, BatchTaskReport):
-            yield message
-
-
-def _emitter_messages(records):
-    for _, message in records:
-        if not isinstance(message, Delivery):
-            yield message
-
-
-def _inputs_of(bolt: str, records):
-    for key, message in records:
-        if isinstance(message, (Delivery, UpstreamFailed)) and message.bolt == bolt:
-            yield key, message
+    yield BatchTaskReport(bolt, task_id, collector.status, collector.captured, failure)
 
 
 # -- driver side ---------------------------------------------------------------
 class Cancelled(Exception):
-    """The batch was failed (with a later or an earlier one) while its job was being built."""
+    """The batch was failed (with a later or an earlier one) while it was being processed."""
 
 
 @dataclass
 class Batch:
+    """A batch on the driver: the tuples emitted for it, held per target task until that task's bolt runs."""
+
     attempt: TransactionAttempt
     tuples: int
     seq: int  # emits so far, counting this one
-    outputs: dict[str, RDD] = field(default_factory=dict)  # component -> persisted output
+    inputs: dict[int, list[ProtocolBatch]] = field(default_factory=lambda: defaultdict(list))  # task -> its tuples
     cancelled: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def keep(self, component: str, rdd: RDD) -> RDD:
-        """Persist and hold ``rdd`` as ``component``'s output, unless the batch was released."""
-        with self.lock:
-            if self.cancelled:
-                raise Cancelled(repr(self.attempt))
-            self.outputs[component] = rdd.persist(StorageLevel.MEMORY_AND_DISK)
-            return self.outputs[component]
+    def deliver(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            self.inputs[delivery.batch.target].append(delivery.batch)
 
     def release(self) -> None:
-        with self.lock:
-            self.cancelled = True
-            outputs = list(self.outputs.values())
-            self.outputs.clear()
-        for rdd in outputs:
-            rdd.unpersist(blocking=False)
+        self.cancelled = True
+        self.inputs = defaultdict(list)
 
 
 @dataclass
@@ -324,29 +284,25 @@ class TransactionalRun:
         job = partial(
             _emit_task, self.run_id, self._topology_bc, spout_blob, self.ttopo.spout_id, attempt, dict(by_task)
         )
-        emitted = self.sc.parallelize(range(emitters), emitters).mapPartitionsWithIndex(job)
-        emitted = emitted.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows = emitted.mapPartitions(_emitter_messages).collect()
+            rows = self.sc.parallelize(range(emitters), emitters).mapPartitionsWithIndex(job).collect()
         except Exception as exc:
             self._job_failed(exc, f"emitting batch {attempt!r}")
-            emitted.unpersist()
             return None
         failures = [row.text for row in rows if isinstance(row, EmitterFailed)]
         if failures:
             for text in failures:
                 log.error("%s: batch %r: %s", self.name, attempt, text)
-            emitted.unpersist()
             return None
         self._job_succeeded()
         metas = {str(row.partition): row.meta for row in rows if isinstance(row, PartitionEmitted)}
         tuples = sum(row.emitted for row in rows if isinstance(row, EmitterCounts))
         malformed = sum(row.malformed for row in rows if isinstance(row, EmitterCounts))
         if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
-            emitted.unpersist()
             return None
         self._emits += 1
-        batch = Batch(attempt, tuples, self._emits, {self.ttopo.spout_id: emitted})
+        batch = Batch(attempt, tuples, self._emits)
+        batch.deliver([row for row in rows if isinstance(row, Delivery)])
         with self._lock:
             self._batches[attempt] = batch
         self.stats.of(self.ttopo.spout_id).emitted += tuples
@@ -358,28 +314,33 @@ class TransactionalRun:
         return batch
 
     def _run_bolts(self, batch: Batch, bolts: list[str]) -> PhaseResult:
-        for bolt in bolts:
-            spec = self.topology.components[bolt]
-            upstream = [
-                batch.outputs[src].mapPartitions(partial(_inputs_of, bolt))
-                for src in self.topology.sources_of(bolt)
-                if src in batch.outputs
-            ]
-            inputs = (self.sc.union(upstream) if len(upstream) > 1 else upstream[0]).partitionBy(
-                spec.parallelism, _task_index
-            )
-            task = partial(_batch_task, self.run_id, self._topology_bc, bolt, batch.attempt)
-            batch.keep(bolt, inputs.mapPartitionsWithIndex(task))
-        if not bolts:
-            return PhaseResult([], {})
-        reports = self.sc.union([batch.outputs[b].mapPartitions(_reports) for b in bolts]).collect()
+        """A phase's bolts, one Spark job for each set of them whose upstream bolts have run.
+
+        Each job has one Spark task per bolt task, given just the tuples sent to it. A task that fails
+        fails the phase: the bolts downstream of it do not run.
+        """
         failures, captured = [], defaultdict(list)
-        with self._lock:
-            for report in sorted(reports, key=lambda r: (r.component, r.task)):
-                self.stats.of(report.component).add(report.status)
-                captured[report.component].extend(report.captured)
-                if report.failure:
-                    failures.append(report.failure)
+        remaining = list(bolts)
+        while remaining and not failures:
+            ready = [b for b in remaining if not set(self.topology.sources_of(b)) & set(remaining)]
+            remaining = [b for b in remaining if b not in ready]
+            if batch.cancelled:
+                raise Cancelled(repr(batch.attempt))
+            jobs = []
+            for bolt in ready:
+                tasks = self.topology.task_ids(bolt)
+                inputs = [batch.inputs.pop(task, []) for task in tasks]
+                body = partial(_batch_task, self.run_id, self._topology_bc, batch.attempt, tasks)
+                jobs.append(self.sc.parallelize(inputs, len(tasks)).mapPartitionsWithIndex(body))
+            rows = (self.sc.union(jobs) if len(jobs) > 1 else jobs[0]).collect()
+            batch.deliver([row for row in rows if isinstance(row, Delivery)])
+            reports = sorted((r for r in rows if isinstance(r, BatchTaskReport)), key=lambda r: (r.component, r.task))
+            with self._lock:
+                for report in reports:
+                    self.stats.of(report.component).add(report.status)
+                    captured[report.component].extend(report.captured)
+                    if report.failure:
+                        failures.append(report.failure)
         return PhaseResult(failures, dict(captured))
 
     def _process(self, batch: Batch) -> None:
@@ -394,8 +355,7 @@ class TransactionalRun:
         except Exception as exc:
             self._job_failed(exc, f"processing batch {batch.attempt!r}")
             ok = False
-        if batch.cancelled:
-            batch.release()  # what the job persisted after the batch was failed
+        ok = ok and not batch.cancelled  # failed with another batch while its last job ran
         self._events.put(("processed" if ok else "failed", batch.attempt))
 
     def _commit(self, attempt: TransactionAttempt) -> None:
