@@ -15,13 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 ACK, FAIL, RESET = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
 class AckBatch:
-    """One row per root, sorted by root."""
+    """One row per root."""
 
     roots: np.ndarray  # uint64
     xors: np.ndarray  # uint64
@@ -37,18 +38,23 @@ class AckBatch:
 
     @classmethod
     def reduce(cls, roots: np.ndarray, xors: np.ndarray, failed: np.ndarray, reset: np.ndarray) -> AckBatch:
-        """Rows with repeated roots folded into one: values XORed, flags ORed."""
+        """Rows with repeated roots folded into one: values XORed, flags ORed.
+
+        Rows are grouped by hashing (Arrow's dictionary encoding), in time linear in the rows, then XORed
+        into their root's slot; the roots come out in order of first appearance.
+        """
         if len(roots) == 0:
             return cls.empty()
-        order = np.argsort(roots)  # XOR and OR do not care which of a root's rows comes first
-        roots = roots[order]
-        starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1])))
-        return cls(
-            roots[starts],
-            np.bitwise_xor.reduceat(xors[order], starts),
-            np.logical_or.reduceat(failed[order], starts),
-            np.logical_or.reduceat(reset[order], starts),
-        )
+        encoded = pa.array(roots, pa.uint64()).dictionary_encode()
+        slot = encoded.indices.to_numpy()
+        unique = encoded.dictionary.to_numpy()
+        folded = np.zeros(len(unique), np.uint64)
+        np.bitwise_xor.at(folded, slot, xors)
+        any_failed = np.zeros(len(unique), bool)
+        any_failed[slot[failed]] = True
+        any_reset = np.zeros(len(unique), bool)
+        any_reset[slot[reset]] = True
+        return cls(unique, folded, any_failed, any_reset)
 
     @classmethod
     def from_messages(cls, roots, values, kinds) -> AckBatch:

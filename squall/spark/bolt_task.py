@@ -172,9 +172,10 @@ class BoltTask:
         execute = self.bolt.execute
         fields_of, last_stream, fields = self._fields_of, None, None
         failed: list[int] = []  # rows that raised or failed
-        for i, (stream, values, root, edge) in enumerate(
-            zip(batch.streams, batch.values, batch.roots, batch.edges, strict=True)
-        ):
+        roots, edges = batch.roots, batch.edges
+        if not isinstance(roots, list):  # a sealed batch's uint64 arrays
+            roots, edges = roots.tolist(), edges.tolist()
+        for i, (stream, values, root, edge) in enumerate(zip(batch.streams, batch.values, roots, edges, strict=True)):
             if stream is not last_stream:
                 last_stream, fields = stream, fields_of(component, stream)
             tup = Tuple(values, fields, component, source, stream, None, 0, root, edge)

@@ -105,24 +105,25 @@ class OutputCollector:
             self.ship(batch)
 
     def _seal(self, batch: Batch) -> None:
-        """Draw the edge ids of the batch's rows in one tree, all at once, and send them into their trees."""
+        """Draw the edge ids of the batch's rows in one tree, all at once, and send them into their trees.
+
+        The batch's ``roots`` and ``edges`` become uint64 arrays: they travel as two buffers, not as lists.
+        """
         if not self._acking or not batch.roots:
             return
-        roots = batch.roots
-        if 0 not in roots:  # every row in one tree: the common case
-            fresh = self.ids.next_ids(len(roots))
-            batch.edges = fresh.tolist()
-            self._entered.append((roots, fresh))
-            return
-        column = np.array(roots, dtype=np.uint64)
-        in_tree = column != 0
+        roots = np.array(batch.roots, dtype=np.uint64)
+        in_tree = roots != 0
         count = int(np.count_nonzero(in_tree))
-        if count:
-            fresh = self.ids.next_ids(count)
+        if count == len(roots):  # every row in one tree: the common case
+            edges = self.ids.next_ids(count)
+            self._entered.append((roots, edges))
+        else:
             edges = np.zeros(len(roots), dtype=np.uint64)
-            edges[in_tree] = fresh
-            batch.edges = edges.tolist()
-            self._entered.append((column[in_tree], fresh))
+            if count:
+                fresh = self.ids.next_ids(count)
+                edges[in_tree] = fresh
+                self._entered.append((roots[in_tree], fresh))
+        batch.roots, batch.edges = roots, edges
 
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
         """The general emit: any number of targets, any anchors. Each copy's edges are drawn here and keep
@@ -207,11 +208,10 @@ class OutputCollector:
         """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""
         self.status.acked += len(batch.values) - len(failed)
         if self._acking:
-            roots = batch.roots
+            roots = np.asarray(batch.roots, dtype=np.uint64)
             if failed:
-                roots = list(roots)
-                for i in failed:
-                    roots[i] = 0  # in no tree: left out of the acks
+                roots = roots.copy()
+                roots[failed] = 0  # in no tree: left out of the acks
             self._acked_rows.append((roots, batch.edges))
             skip = set(failed)
             for i, anchors_to_ids in batch.trees.items():
@@ -244,12 +244,9 @@ class OutputCollector:
         """This wave's acker messages, XOR-reduced per root; the buffers start over."""
         roots = [np.array(self._acked_roots, dtype=np.uint64), np.array(self._message_roots, dtype=np.uint64)]
         edges = [np.array(self._acked_edges, dtype=np.uint64), np.array(self._message_edges, dtype=np.uint64)]
-        for row_roots, row_edges in self._acked_rows:
-            roots.append(np.array(row_roots, dtype=np.uint64))
-            edges.append(np.array(row_edges, dtype=np.uint64))
-        for entered_roots, entered_edges in self._entered:
-            roots.append(np.asarray(entered_roots, dtype=np.uint64))
-            edges.append(entered_edges)
+        for row_roots, row_edges in (*self._acked_rows, *self._entered):
+            roots.append(row_roots)
+            edges.append(np.asarray(row_edges, dtype=np.uint64))
         failed, reset = len(self.failed_roots), len(self.reset_roots)
         roots.append(np.array(self.failed_roots + self.reset_roots, dtype=np.uint64))
         edges.append(np.zeros(failed + reset, dtype=np.uint64))

@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pyspark import cloudpickle
 
 from squall.spark.acks import AckBatch
@@ -58,8 +59,8 @@ class Batch:
     last: bool = False  # the producer sends nothing more to ``target`` in this wave
     streams: list[str] = field(default_factory=list)
     values: list[tuple] = field(default_factory=list)
-    roots: list[int] = field(default_factory=list)
-    edges: list[int] = field(default_factory=list)
+    roots: list[int] | np.ndarray = field(default_factory=list)  # uint64 arrays once a task's batch is sealed
+    edges: list[int] | np.ndarray = field(default_factory=list)
     trees: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def add(self, stream: str, values: tuple, root: int = 0, edge: int = 0) -> None:
