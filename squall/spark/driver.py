@@ -119,8 +119,8 @@ class TopologyRun:
 
     @property
     def pending(self):
-        """Pending trees by root: each one's spout task, message id and emit time."""
-        return self.trees.pending if self.trees is not None else {}
+        """Pending trees (``len``, and ``get(root)``: its spout task, message id and emit time)."""
+        return self.trees if self.trees is not None else {}
 
     # -- timers --------------------------------------------------------------
     def _tick_schedule(self) -> dict[str, list[float]]:

@@ -16,13 +16,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, Routes, direct_target
 from squall.spark.stats import RunStats
-from squall.spark.trees import PendingTrees, PendingTuple, Settlement
+from squall.spark.trees import PendingTrees, Settlement
 
 log = logging.getLogger("squall")
 
@@ -161,26 +163,25 @@ class SpoutHost:
         """``ack`` or ``fail`` on the spout task of each finished tree; complete latencies recorded per spout."""
         if not len(settlement):
             return
-        now = self._now()
-        latencies: dict[str, list[float]] = defaultdict(list)
-        for entry in settlement.acked:
-            spout = self._by_task[entry.spout_task]
-            latencies[spout.component].append(now - entry.emitted_at)
-            self._call(spout, "ack", entry.msg_id)
-        for component, seconds in latencies.items():
-            stats = self.stats.of(component)
-            stats.acked += len(seconds)
-            stats.record_latencies(seconds)
-        for entries, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
-            for entry in entries:
-                self._fail(entry, timed_out)
-
-    def _fail(self, entry: PendingTuple, timed_out: bool) -> None:
-        spout = self._by_task[entry.spout_task]
-        stats = self.stats.of(spout.component)
-        stats.failed += 1
-        stats.timed_out += timed_out
-        self._call(spout, "fail", entry.msg_id)
+        acked = settlement.acked
+        if len(acked):
+            latencies = self._now() - acked.emitted_at
+            tasks = np.array(acked.tasks)
+            for task in np.unique(tasks).tolist():
+                stats = self.stats.of(self._by_task[task].component)
+                mine = tasks == task
+                stats.acked += int(np.count_nonzero(mine))
+                stats.record_latencies(latencies[mine])
+            by_task = self._by_task
+            for task, msg_id in zip(acked.tasks, acked.msg_ids, strict=True):
+                self._call(by_task[task], "ack", msg_id)
+        for finished, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
+            for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
+                spout = self._by_task[task]
+                stats = self.stats.of(spout.component)
+                stats.failed += 1
+                stats.timed_out += timed_out
+                self._call(spout, "fail", msg_id)
 
     def _call(self, spout: SpoutTask, method: str, msg_id: Any) -> None:
         try:

@@ -1,12 +1,15 @@
 """Pending tuple trees, on the driver: where each tree came from, the acker ledger that settles it, its timeout.
 
-A tree starts when a spout emits with a message id (``start``): its root gets a
-``PendingTuple`` (the spout task, the message id and the emit time) and an init
-message for the ledger. Each completed wave brings the tasks' acks, XOR-reduced
-per root (``merge_acks``); a timeout rotation expires the trees that took too
-long (``rotate``). Every one of these returns a ``Settlement``: the pending
-entries of the trees that just finished, and how. Calling the spouts' ``ack``
-and ``fail`` is the spout host's business (``spouts.py``).
+A tree starts when a spout emits with a message id (``start``). Its root is the
+run's random prefix plus a sequence number, so the root itself says where the
+tree's entry is: entries live in columns, one ``_Page`` per wave of new trees
+(the spout task, the message id, the emit time, a timeout stamp), and nothing
+is allocated per tree beyond the message id the spout gave. The trees' init
+messages reach the ledger with ``merge_inits``. Each completed wave brings the
+tasks' acks, XOR-reduced per root (``merge_acks``); a timeout rotation expires
+the trees that took too long (``rotate``). Every one of these returns a
+``Settlement``: the trees that just finished, and how. Calling the spouts'
+``ack`` and ``fail`` is the spout host's business (``spouts.py``).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import numpy as np
 
 from squall.reliability.ids import IdGenerator
 from squall.reliability.ledger import Outcome, PartitionedLedger
-from squall.reliability.rotating_map import RotatingMap
 from squall.spark.acks import AckBatch
 
+SEQUENCE_BITS = 40  # trees per run before roots repeat: about 10^12
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class PendingTuple:
     spout_task: int
     msg_id: Any
@@ -31,92 +35,200 @@ class PendingTuple:
 
 
 @dataclass(slots=True)
+class Finished:
+    """Trees that finished one way, as columns."""
+
+    tasks: list[int] = field(default_factory=list)  # the spout task of each
+    msg_ids: list[Any] = field(default_factory=list)
+    emitted_at: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def add(self, tasks: np.ndarray, msg_ids: list[Any], emitted_at: np.ndarray) -> None:
+        self.tasks.extend(tasks.tolist())
+        self.msg_ids.extend(msg_ids)
+        self.emitted_at = np.concatenate((self.emitted_at, emitted_at))
+
+
+@dataclass(slots=True)
 class Settlement:
     """Trees that finished: acked, failed, or failed because they timed out."""
 
-    acked: list[PendingTuple] = field(default_factory=list)
-    failed: list[PendingTuple] = field(default_factory=list)
-    timed_out: list[PendingTuple] = field(default_factory=list)
+    acked: Finished = field(default_factory=Finished)
+    failed: Finished = field(default_factory=Finished)
+    timed_out: Finished = field(default_factory=Finished)
 
     def __len__(self) -> int:
         return len(self.acked) + len(self.failed) + len(self.timed_out)
+
+
+class _Page:
+    """The entries of the trees one ``merge_inits`` recorded: sequence numbers ``first`` to ``first + len - 1``."""
+
+    __slots__ = ("alive", "emitted_at", "first", "live", "msg_ids", "stamps", "tasks")
+
+    def __init__(self, first: int, tasks: list[int], msg_ids: list[Any], emitted_at: list[float], epoch: int) -> None:
+        self.first = first
+        self.tasks = np.array(tasks, dtype=np.int64)
+        self.msg_ids = msg_ids
+        self.emitted_at = np.array(emitted_at, dtype=np.float64)
+        self.stamps = np.full(len(tasks), epoch, dtype=np.int64)  # the rotation each entry was last refreshed in
+        self.alive = np.ones(len(tasks), dtype=bool)
+        self.live = len(tasks)
+
+    def take(self, offsets: np.ndarray, into: Finished) -> np.ndarray:
+        """Remove the live entries at ``offsets`` into ``into``; returns their spout tasks."""
+        offsets = offsets[self.alive[offsets]]
+        if len(offsets) == 0:
+            return offsets
+        self.alive[offsets] = False
+        self.live -= len(offsets)
+        msg_ids, taken = self.msg_ids, []
+        for offset in offsets.tolist():
+            taken.append(msg_ids[offset])
+            msg_ids[offset] = None
+        tasks = self.tasks[offsets]
+        into.add(tasks, taken, self.emitted_at[offsets])
+        return tasks
 
 
 class PendingTrees:
     def __init__(self, num_ackers: int) -> None:
         self.num_ackers = num_ackers
         self.ledger = PartitionedLedger(num_ackers)
-        self.pending: RotatingMap[int, PendingTuple] = RotatingMap(2)
         self.per_task: dict[int, int] = defaultdict(int)  # spout task -> its trees pending
-        self._next_id = IdGenerator(np.random.SeedSequence().entropy).seeded_source()  # the driver never forks
-        self._inits: list[tuple[int, int, int]] = []  # (root, XOR of its copies' edges, spout task)
+        ids = IdGenerator(np.random.SeedSequence().entropy)  # the driver never forks
+        self._prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
+        self._next_edge = ids.seeded_source()
+        self._pages: dict[int, _Page] = {}  # first sequence number -> page, oldest first
+        self._firsts = np.empty(0, dtype=np.int64)  # the pages' first sequence numbers, for lookups
+        self._epoch = 0
+        self._live = 0
+        # Trees started since the last merge_inits, as columns.
+        self._sequence = 1
+        self._first_new = 1
+        self._inits: list[int] = []
+        self._tasks: list[int] = []
+        self._msg_ids: list[Any] = []
+        self._times: list[float] = []
 
     def __len__(self) -> int:
-        return len(self.pending)
+        return self._live + len(self._tasks)
 
     def start(self, spout_task: int, msg_id: Any, emitted_at: float, copies: int) -> tuple[int, list[int]]:
         """A new tree of ``copies`` spout tuple copies: its root, and the edge id each copy carries.
 
         The init message, the XOR of the copies' edges, reaches the ledger with ``merge_inits``.
         """
-        next_id = self._next_id
-        root = next_id()
+        next_edge = self._next_edge
         if copies == 1:
-            init = next_id()
+            init = next_edge()
             edges = [init]
         else:
-            edges = [next_id() for _ in range(copies)]
+            edges = [next_edge() for _ in range(copies)]
             init = 0
             for edge in edges:
                 init ^= edge
-        self._inits.append((root, init, spout_task))
-        self.pending.put_new(root, PendingTuple(spout_task, msg_id, emitted_at))
+        root = self._prefix + self._sequence
+        self._sequence += 1
+        self._inits.append(init)
+        self._tasks.append(spout_task)
+        self._msg_ids.append(msg_id)
+        self._times.append(emitted_at)
         self.per_task[spout_task] += 1
         return root, edges
 
+    def get(self, root: int) -> PendingTuple | None:
+        """The pending tree ``root``, if it is."""
+        sequence = root - self._prefix
+        if sequence >= self._first_new:
+            offset = sequence - self._first_new
+            return PendingTuple(self._tasks[offset], self._msg_ids[offset], self._times[offset])
+        position = int(np.searchsorted(self._firsts, sequence, side="right")) - 1
+        if position < 0:
+            return None
+        page = self._pages[int(self._firsts[position])]
+        offset = sequence - page.first
+        if offset >= len(page.alive) or not page.alive[offset]:
+            return None
+        return PendingTuple(int(page.tasks[offset]), page.msg_ids[offset], float(page.emitted_at[offset]))
+
     def merge_inits(self) -> Settlement:
         """Record the trees started since the last call; they must reach the ledger before their wave's acks."""
-        if not self._inits:
+        if not self._tasks:
             return Settlement()
+        first, count = self._first_new, len(self._tasks)
+        page = _Page(first, self._tasks, self._msg_ids, self._times, self._epoch)
+        self._pages[first] = page
+        self._firsts = np.append(self._firsts, first)
+        self._live += count
+        roots = np.uint64(self._prefix) + np.arange(first, first + count, dtype=np.uint64)
         inits = np.array(self._inits, dtype=np.uint64)
-        self._inits = []
+        self._first_new = self._sequence
+        self._inits, self._tasks, self._msg_ids, self._times = [], [], [], []
         settlement = Settlement()
-        self._settle(self.ledger.merge(inits[:, 0], inits[:, 1], init_tasks=inits[:, 2].astype(np.int64)), settlement)
+        self._settle(self.ledger.merge(roots, inits, init_tasks=page.tasks), settlement)
         return settlement
 
     def merge_acks(self, acks: AckBatch) -> Settlement:
         """One completed wave's acks, fails and timeout resets, already XOR-reduced per root."""
         settlement = Settlement()
+        if acks.reset.any():  # reset_timeout: the tree's countdown starts over
+            for page, offsets in self._locate(acks.roots[acks.reset]):
+                page.stamps[offsets] = self._epoch
         for partition, part in enumerate(acks.by_partition(self.num_ackers)):
-            if not len(part):
-                continue
-            for root in part.roots[part.reset].tolist():  # reset_timeout: the tree's countdown starts over
-                entry = self.pending.get(root)
-                if entry is not None:
-                    self.pending.put(root, entry)
-            outcome = self.ledger.partitions[partition].merge(part.roots, part.xors, None, part.failed, part.reset)
-            self._settle(outcome, settlement)
+            if len(part):
+                outcome = self.ledger.partitions[partition].merge(part.roots, part.xors, None, part.failed, part.reset)
+                self._settle(outcome, settlement)
         return settlement
 
     def rotate(self) -> Settlement:
         """A timeout period passed: trees older than two periods fail as timed out."""
         settlement = Settlement()
-        self._take(self.ledger.rotate().roots.tolist(), settlement.timed_out)
-        lost = list(self.pending.rotate().values())  # trees the acker lost track of
-        for entry in lost:
-            self.per_task[entry.spout_task] -= 1
-        settlement.timed_out.extend(lost)
+        self._take(self.ledger.rotate().roots, settlement.timed_out)
+        self._epoch += 1
+        for page in list(self._pages.values()):  # trees the acker lost track of
+            lost = np.flatnonzero(page.alive & (page.stamps < self._epoch - 1))
+            if len(lost):
+                self._count_out(page.take(lost, settlement.timed_out))
+        self._drop_finished_pages()
         return settlement
 
     def _settle(self, outcome: Outcome, settlement: Settlement) -> None:
-        self._take(outcome.completed.roots.tolist(), settlement.acked)
-        self._take(outcome.failed.roots.tolist(), settlement.failed)
+        self._take(outcome.completed.roots, settlement.acked)
+        self._take(outcome.failed.roots, settlement.failed)
+        self._drop_finished_pages()
 
-    def _take(self, roots: list[int], into: list[PendingTuple]) -> None:
+    def _locate(self, roots: np.ndarray):
+        """``(page, offsets)`` of the recorded trees among ``roots``."""
+        if len(roots) == 0 or len(self._firsts) == 0:
+            return
+        sequences = (roots - np.uint64(self._prefix)).astype(np.int64)
+        positions = np.searchsorted(self._firsts, sequences, side="right") - 1
+        for position in np.unique(positions).tolist():
+            if position < 0:
+                continue
+            page = self._pages[int(self._firsts[position])]
+            offsets = sequences[positions == position] - page.first
+            yield page, offsets[offsets < len(page.alive)]
+
+    def _take(self, roots: np.ndarray, into: Finished) -> None:
         """The pending entries of ``roots``, removed; a root settled already is skipped."""
-        remove, per_task = self.pending.remove, self.per_task
-        for root in roots:
-            entry = remove(root)
-            if entry is not None:
-                per_task[entry.spout_task] -= 1
-                into.append(entry)
+        for page, offsets in list(self._locate(roots)):
+            self._count_out(page.take(offsets, into))
+
+    def _count_out(self, tasks: np.ndarray) -> None:
+        if len(tasks) == 0:
+            return
+        self._live -= len(tasks)
+        spout_tasks, counts = np.unique(tasks, return_counts=True)
+        for task, count in zip(spout_tasks.tolist(), counts.tolist(), strict=True):
+            self.per_task[task] -= count
+
+    def _drop_finished_pages(self) -> None:
+        finished = [first for first, page in self._pages.items() if not page.live]
+        if finished:
+            for first in finished:
+                del self._pages[first]
+            self._firsts = np.array(list(self._pages), dtype=np.int64)
