@@ -144,6 +144,8 @@ class PendingTrees:
         sequence = root - self._prefix
         if sequence >= self._first_new:
             offset = sequence - self._first_new
+            if offset >= len(self._tasks):
+                return None
             return PendingTuple(self._tasks[offset], self._msg_ids[offset], self._times[offset])
         position = int(np.searchsorted(self._firsts, sequence, side="right")) - 1
         if position < 0:

@@ -1,0 +1,96 @@
+"""PendingTrees keeps trees in columns: every tree settles exactly once, as acked, failed or timed out, with the
+spout task and message id it started with, as a plain dict of pending trees would say."""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from squall.spark.acks import ACK, FAIL, RESET, AckBatch
+from squall.spark.trees import PendingTrees
+
+
+class PendingTreesMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.trees = PendingTrees(num_ackers=2)
+        self.pending: dict[int, dict] = {}  # root -> the model's view of the tree
+        self.next_msg_id = 0
+        self.epoch = 0
+        self.settled: dict[str, set[int]] = {"acked": set(), "failed": set(), "timed_out": set()}
+        self.expected: dict[str, set[int]] = {"acked": set(), "failed": set(), "timed_out": set()}
+
+    def _record(self, settlement) -> None:
+        for kind in ("acked", "failed", "timed_out"):
+            finished = getattr(settlement, kind)
+            assert len(finished.emitted_at) == len(finished.tasks) == len(finished.msg_ids)
+            for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
+                assert task == msg_id % 3  # the spout task the tree started from
+                assert msg_id not in self.settled["acked"] | self.settled["failed"] | self.settled["timed_out"]
+                self.settled[kind].add(msg_id)
+
+    @rule(copies=st.lists(st.integers(1, 3), min_size=1, max_size=6))
+    def start_a_wave_of_trees(self, copies):
+        for n in copies:
+            msg_id = self.next_msg_id
+            self.next_msg_id += 1
+            root, edges = self.trees.start(msg_id % 3, msg_id, float(msg_id), n)
+            assert len(edges) == n and root not in self.pending
+            self.pending[root] = {"msg_id": msg_id, "edges": edges, "stamp": self.epoch}
+        self._record(self.trees.merge_inits())
+
+    def _acks(self, rows):
+        return AckBatch.from_messages([r for r, _, _ in rows], [v for _, v, _ in rows], [k for _, _, k in rows])
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def ack_some_trees_whole(self, data):
+        roots = data.draw(st.lists(st.sampled_from(sorted(self.pending)), unique=True, min_size=1))
+        rows = [(root, edge, ACK) for root in roots for edge in self.pending[root]["edges"]]
+        for root in roots:
+            self.expected["acked"].add(self.pending.pop(root)["msg_id"])
+        self._record(self.trees.merge_acks(self._acks(rows)))
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def ack_part_of_a_tree(self, data):
+        root = data.draw(st.sampled_from(sorted(self.pending)))
+        tree = self.pending[root]
+        if len(tree["edges"]) > 1:  # the rest of its copies are still out: it stays pending
+            edge = tree["edges"].pop()
+            self._record(self.trees.merge_acks(self._acks([(root, edge, ACK)])))
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def fail_a_tree(self, data):
+        root = data.draw(st.sampled_from(sorted(self.pending)))
+        self.expected["failed"].add(self.pending.pop(root)["msg_id"])
+        self._record(self.trees.merge_acks(self._acks([(root, 0, FAIL)])))
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def reset_a_trees_timeout(self, data):
+        root = data.draw(st.sampled_from(sorted(self.pending)))
+        self.pending[root]["stamp"] = self.epoch
+        self._record(self.trees.merge_acks(self._acks([(root, 0, RESET)])))
+
+    @rule()
+    def rotate(self):
+        self.epoch += 1
+        for root in [r for r, tree in self.pending.items() if tree["stamp"] < self.epoch - 1]:
+            self.expected["timed_out"].add(self.pending.pop(root)["msg_id"])
+        self._record(self.trees.rotate())
+
+    @invariant()
+    def settles_as_a_dict_would(self):
+        assert self.settled == self.expected
+        assert len(self.trees) == len(self.pending)
+        per_task = {task: 0 for task in range(3)}
+        for tree in self.pending.values():
+            per_task[tree["msg_id"] % 3] += 1
+        assert {task: self.trees.per_task[task] for task in range(3)} == per_task
+        for root, tree in self.pending.items():
+            assert self.trees.get(root).msg_id == tree["msg_id"]
+
+
+PendingTreesMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+test_pending_trees_settle_like_a_dict = PendingTreesMachine.TestCase
