@@ -29,13 +29,12 @@ from typing import Any
 from pyspark import cloudpickle
 
 from squall.model.components import BasicBolt
-from squall.model.errors import FailedException
 from squall.model.topology import TopologyContext
-from squall.model.tuple import TICK_COMPONENT, Tuple
+from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.failures import TaskSetupError
-from squall.spark.protocol import Batch, RunSettings, Snapshot, TaskStatus
+from squall.spark.protocol import RunSettings, Snapshot, TaskStatus
 from squall.spark.records import TICK_FIELDS
 from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
 
@@ -150,7 +149,8 @@ class BoltTask:
         collector.status = TaskStatus()
         collector.captured = []
 
-    def _fields_of(self, component: str, stream: str) -> Any:
+    def fields_of(self, component: str, stream: str) -> Any:
+        """The fields of ``component``'s ``stream`` (of a tick tuple, for the tick component)."""
         fields = self._fields.get((component, stream))
         if fields is None:
             if component == TICK_COMPONENT:
@@ -159,47 +159,6 @@ class BoltTask:
                 fields = self._topology.components[component].streams[stream]
             self._fields[(component, stream)] = fields
         return fields
-
-    def execute_batch(self, batch: Batch) -> None:
-        """Each row as a ``Tuple`` through the bolt, in order; a row that raises fails and the rest go on.
-
-        A basic bolt's rows are acked together once the batch is done (``OutputCollector.ack_batch``).
-        """
-        component, source, trees = batch.component, batch.source, batch.trees
-        collector = self.collector
-        collector.status.executed += len(batch.values)
-        basic_collector = self.basic_collector
-        execute = self.bolt.execute
-        fields_of, last_stream, fields = self._fields_of, None, None
-        failed: list[int] = []  # rows that raised or failed
-        roots, edges = batch.roots, batch.edges
-        if not isinstance(roots, list):  # a sealed batch's uint64 arrays
-            roots, edges = roots.tolist(), edges.tolist()
-        for i, (stream, values, root, edge) in enumerate(zip(batch.streams, batch.values, roots, edges, strict=True)):
-            if stream is not last_stream:
-                last_stream, fields = stream, fields_of(component, stream)
-            tup = Tuple(values, fields, component, source, stream, None, 0, root, edge)
-            if not root and trees:
-                tup.trees = trees.get(i)
-            try:
-                if basic_collector is not None:
-                    basic_collector.input = tup
-                    execute(tup, basic_collector)
-                else:
-                    execute(tup)
-            except FailedException:
-                collector.fail(tup)
-                failed.append(i)
-            except Exception as exc:
-                self._raised(tup, exc)
-                failed.append(i)
-        if basic_collector is not None:
-            collector.ack_batch(batch, failed)
-
-    def _raised(self, tup: Tuple, exc: Exception) -> None:
-        log.error("%s task %d failed %r", self.component, self.task, tup, exc_info=True)
-        self.collector.report_error(exc)
-        self.collector.fail(tup)
 
 
 # (run_id, task) -> live task; one per task per Python worker

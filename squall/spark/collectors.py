@@ -14,8 +14,7 @@ from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
-from squall.spark.acks import ACK, FAIL, RESET, AckBatch
-from squall.spark.protocol import Batch, TaskStatus
+from squall.spark.protocol import ACK, FAIL, RESET, AckBatch, Batch, TaskStatus
 from squall.spark.records import PLAIN_TYPES, EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")

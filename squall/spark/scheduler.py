@@ -30,13 +30,13 @@ from pyspark import SparkContext
 
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology
-from squall.spark.acks import AckBatch
 from squall.spark.checkpoints import Checkpointer
 from squall.spark.context import runs_on_this_machine
 from squall.spark.failures import fatal_message, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
 from squall.spark.protocol import (
     DRIVER,
+    AckBatch,
     Assign,
     Batch,
     Hello,

@@ -22,7 +22,7 @@ import numpy as np
 
 from squall.reliability.ids import IdGenerator
 from squall.reliability.ledger import Outcome, PartitionedLedger
-from squall.spark.acks import AckBatch
+from squall.spark.protocol import AckBatch
 
 SEQUENCE_BITS = 40  # trees per run before roots repeat: about 10^12
 
