@@ -83,7 +83,9 @@ class BoltTask:
         task: int,
         settings: RunSettings,
         local_tasks: frozenset[int] = frozenset(),
+        batch_id: Any = None,
     ) -> None:
+        """A new task instance, prepared; a transactional batch bolt's is prepared for ``batch_id``."""
         topology = shipped.topology
         spec = topology.components[component]
         self.component, self.task = component, task
@@ -101,6 +103,8 @@ class BoltTask:
         try:
             if self.basic:
                 self.bolt.prepare(task_conf, self.context)
+            elif batch_id is not None:
+                self.bolt.prepare(task_conf, self.context, self.collector, batch_id)
             else:
                 self.bolt.prepare(task_conf, self.context, self.collector)
         except Exception as exc:

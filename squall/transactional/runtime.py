@@ -10,8 +10,9 @@ no shuffle:
 2. **Process** (up to ``topology.max.spout.pending`` batches at once, from a
    thread pool): every bolt that is neither a committer nor downstream of one.
    Each bolt task is one Spark task, handed exactly the tuples sent to it: a
-   fresh bolt instance, ``prepare(..., batch_id)``, ``execute`` for each tuple
-   and ``finish_batch``. Its emits come back with its report. A bolt that
+   fresh ``BoltTask`` prepared for the batch (``prepare(..., batch_id)``), the
+   tuples run through it by ``execute_batch`` as a wave's task runs them, and
+   ``finish_batch``. Its emits come back with its report. A bolt that
    reads another bolt of the same phase runs in a later job.
 3. **Commit** (strictly in txid order): the committers and the bolts downstream
    of them, the same way.
@@ -38,12 +39,11 @@ from functools import partial
 from pyspark import SparkContext
 
 from squall.model import config as cfg
-from squall.model.components import BasicBolt
 from squall.model.errors import FailedException, SquallError, TopologyFailed
-from squall.model.topology import Topology, TopologyContext
-from squall.model.tuple import Tuple
+from squall.model.topology import Topology
+from squall.spark.bolt_task import BoltTask
 from squall.spark.clock import Clock
-from squall.spark.collectors import BasicOutputCollector, OutputCollector
+from squall.spark.collectors import OutputCollector
 from squall.spark.driver import WaveInfo
 from squall.spark.failures import TaskSetupError, stop_reason
 from squall.spark.protocol import Batch as ProtocolBatch
@@ -53,9 +53,11 @@ from squall.spark.protocol import (
     EmitterCounts,
     EmitterFailed,
     PartitionEmitted,
+    RunSettings,
 )
-from squall.spark.shipping import load_shipped, new_component, pickle_component, ship_topology
+from squall.spark.shipping import load_shipped, pickle_component, ship_topology
 from squall.spark.stats import RunStats
+from squall.spark.worker import execute_batch
 from squall.time import use_simulated_time
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
@@ -100,51 +102,34 @@ def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, 
 
 
 def _batch_task(run_id, topology_bc, attempt, tasks, index, inputs):
-    """Task ``tasks[index]`` of a batch: a fresh bolt instance, every tuple the task was sent, ``finish_batch``."""
+    """Task ``tasks[index]`` of a batch: a fresh bolt task, prepared for the attempt, runs every tuple it was sent
+    as a wave's task does (``execute_batch``), then ``finish_batch``. Any tuple that fails fails the batch."""
     use_simulated_time(None)  # batches run on the wall clock
     shipped = load_shipped(run_id, topology_bc)
-    topology = shipped.topology
     task_id = tasks[index]
-    bolt = topology.component_of(task_id)
-    spec = topology.components[bolt]
-    collector = OutputCollector(topology, bolt, task_id, acking=False, capture=True)
-    obj = new_component(shipped, bolt, task_id)
-    context = TopologyContext(topology, bolt, task_id)
-    task_conf = {**shipped.conf, **spec.conf}
+    bolt = shipped.topology.component_of(task_id)
+    task = BoltTask(shipped, bolt, task_id, RunSettings(run_id, 0, False, True), batch_id=attempt)
+    task.begin_wave(0, attempt.txid)
+    status = task.collector.status
+    for batches in inputs:
+        for batch in batches:
+            execute_batch(task, batch)
     failure = None
-    try:
-        basic = isinstance(obj, BasicBolt)
+    if status.errors:
+        failure = status.errors[0]
+    elif status.failed:
+        failure = f"{bolt} task {task_id}: {status.failed} tuple(s) failed (FailedException)"
+    elif not task.basic:
         try:
-            if basic:
-                obj.prepare(task_conf, context)
-                basic_collector = BasicOutputCollector(collector)
-            else:
-                obj.prepare(task_conf, context, collector, attempt)
+            task.bolt.finish_batch()
+        except FailedException as exc:
+            failure = f"{bolt} task {task_id}: FailedException in finish_batch: {exc}"
         except Exception as exc:
-            raise TaskSetupError(bolt, task_id, "prepare() raised", exc) from exc
-        for batches in inputs:
-            for batch in batches:
-                for stream, values in batch.rows():
-                    fields = topology.stream_fields(batch.component, stream)
-                    tup = Tuple(values, fields, batch.component, batch.source, stream)
-                    collector.status.executed += 1
-                    if basic:
-                        basic_collector.input = tup
-                        obj.execute(tup, basic_collector)
-                    else:
-                        obj.execute(tup)
-        if not basic:
-            obj.finish_batch()
-    except TaskSetupError:
-        raise  # Spark retries the task; if every attempt fails, the topology stops
-    except FailedException as exc:
-        failure = f"{bolt} task {task_id}: FailedException: {exc}"
-    except Exception as exc:
-        failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
-        logging.getLogger("squall.task").error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
+            failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
+            log.error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
     if failure is None:  # a failed task's emits go nowhere: the batch is tried again
-        yield from _deliveries(topology, collector)
-    yield BatchTaskReport(bolt, task_id, collector.status, collector.captured, failure)
+        yield from _deliveries(shipped.topology, task.collector)
+    yield BatchTaskReport(bolt, task_id, status, task.collector.captured, failure)
 
 
 # -- driver side ---------------------------------------------------------------
