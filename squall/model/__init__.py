@@ -1,7 +1,7 @@
 """The topology model: what a user declares, with no knowledge of Spark."""
 
 from squall.model.builder import BoltDeclarer, SpoutDeclarer, TopologyBuilder
-from squall.model.components import DEFAULT_STREAM, BasicBolt, Bolt, Spout
+from squall.model.components import DEFAULT_STREAM, BasicBolt, Bolt, Spout, StatefulBolt
 from squall.model.errors import FailedException, InvalidConfigError, InvalidTopologyError, SquallError, TopologyFailed
 from squall.model.fields import Fields
 from squall.model.groupings import (
@@ -38,6 +38,7 @@ __all__ = [
     "ShuffleGrouping",
     "Spout",
     "SpoutDeclarer",
+    "StatefulBolt",
     "SquallError",
     "Subscription",
     "Topology",

@@ -54,6 +54,25 @@ class Bolt:
         pass
 
 
+class StatefulBolt(Bolt):
+    """A bolt whose state survives workers and waves: Storm's ``IStatefulBolt``.
+
+    ``init_state(state)`` is called once per task instance, after ``prepare``,
+    with the task's ``KeyValueState`` as of the last completed wave (empty at
+    first). Keep in it everything the task must not lose; its other attributes
+    are made again by ``prepare`` wherever the task is rebuilt. Only the keys a
+    wave changed are saved after it. ``pre_commit(checkpoint_id)`` is called
+    before a checkpoint of the state is taken. ``execute``, ``ack`` and anchoring
+    work as for ``Bolt``.
+    """
+
+    def init_state(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define init_state(state)")
+
+    def pre_commit(self, checkpoint_id: int) -> None:
+        pass
+
+
 class BasicBolt:
     """A bolt whose emits are anchored to the input and whose input is acked on return.
 

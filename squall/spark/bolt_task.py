@@ -28,7 +28,8 @@ from typing import Any
 
 from pyspark import cloudpickle
 
-from squall.model.components import BasicBolt
+from squall.model.components import BasicBolt, StatefulBolt
+from squall.model.state import KeyValueState, dump_delta
 from squall.model.topology import TopologyContext
 from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
@@ -99,6 +100,8 @@ class BoltTask:
         self._topology = topology
         self._fields: dict[tuple[str, str], Any] = {}
         self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
+        # A stateful bolt's state is its KeyValueState, handed over by init_state() once restored.
+        self.state = KeyValueState(component) if isinstance(self.bolt, StatefulBolt) else None
         task_conf = {**shipped.conf, **spec.conf}
         try:
             if self.basic:
@@ -122,8 +125,28 @@ class BoltTask:
         _StatePickler(buffer, own).dump(state)
         return buffer.getvalue()
 
+    def init_state(self) -> None:
+        """Hand a stateful bolt its state, once it is restored."""
+        if self.state is not None:
+            try:
+                self.bolt.init_state(self.state)
+            except Exception as exc:
+                raise TaskSetupError(self.component, self.task, "init_state() raised", exc) from exc
+
     def snapshot(self, version: int) -> Snapshot:
-        """Every attribute of the bolt; references to the bolt, its collector or context are re-bound on restore."""
+        """Every attribute of the bolt; references to the bolt, its collector or context are re-bound on restore.
+
+        A stateful bolt's snapshot is what its state changed since the last one.
+        """
+        if self.state is not None:
+            try:
+                delta = self.state.take_changes()
+                self.collector.status.state_changes = len(delta)
+                blob = dump_delta(self.component, delta)
+            except Exception as exc:
+                raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
+            self.version = version
+            return Snapshot(version, blob, delta=True)
         own = {id(obj): tag for tag, obj in self._own().items()}
         state = {k: v for k, v in vars(self.bolt).items() if k not in self.unpicklable}
         try:
@@ -140,6 +163,10 @@ class BoltTask:
         return Snapshot(version, blob)
 
     def restore(self, snapshot: Snapshot) -> None:
+        if self.state is not None:  # the whole state, as the driver keeps it
+            self.state = KeyValueState(self.component, pickle.loads(snapshot.blob))
+            self.version = snapshot.version
+            return
         state = _load_state(snapshot.blob, self._own())
         vars(self.bolt).update(state)
         self.version = snapshot.version
@@ -196,6 +223,7 @@ def start_task(
             task.restore(snapshot)
         except Exception as exc:
             raise TaskSetupError(component, task_id, "its saved state cannot be restored", exc) from exc
+    task.init_state()
     return task
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
+from collections.abc import Callable
 
 from pyspark import SparkContext
 
@@ -32,12 +33,13 @@ class Checkpointer:
         self._written: list[str] = []
         self._thread: threading.Thread | None = None
 
-    def completed(self, wave: int, snapshots: dict[int, Snapshot | None]) -> None:
+    def completed(self, wave: int, snapshots: Callable[[], dict[int, Snapshot | None]]) -> None:
+        """A wave completed; ``snapshots()`` gives every task's, when a checkpoint is due."""
         self._since += 1
         if self.root is None or self._since < self.interval or (self._thread and self._thread.is_alive()):
             return
         self._since = 0
-        rows = [(task, s.version, s.blob) for task, s in snapshots.items() if s is not None]
+        rows = [(task, s.version, s.blob) for task, s in snapshots().items() if s is not None]
         path = f"{self.root.rstrip('/')}/{self.run_id}/wave-{wave}"
         self._thread = threading.Thread(target=self._write, args=(path, rows), name="squall-checkpoint", daemon=True)
         self._thread.start()

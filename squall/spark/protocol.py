@@ -37,10 +37,15 @@ SECRET_BYTES = 32
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A bolt task's pickled attributes after the wave ``version``."""
+    """A bolt task's pickled attributes after the wave ``version``.
+
+    A stateful bolt's task sends only what its ``KeyValueState`` changed (``delta``: a pickled ``StateDelta``);
+    the driver applies it to the task's state, and hands a task that starts again its whole state.
+    """
 
     version: int
     blob: bytes
+    delta: bool = False
 
 
 @dataclass(slots=True)
@@ -214,6 +219,7 @@ class TaskStatus:
     acked: int = 0
     failed: int = 0
     malformed: int = 0
+    state_changes: int = 0  # keys a stateful bolt's task put or deleted, saved after the wave
     errors: list[str] = field(default_factory=list)
     unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
 

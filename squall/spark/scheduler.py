@@ -19,6 +19,7 @@ applied twice, and nothing acknowledged is lost.
 from __future__ import annotations
 
 import logging
+import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -122,6 +123,7 @@ class WaveScheduler:
         index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
         self.placement = {t: index[t] % workers for t in self.tasks} if workers else {}
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
+        self.states: dict[int, tuple[int, dict]] = {}  # stateful task -> (version, its whole state), as of ``applied``
         self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
@@ -303,7 +305,7 @@ class WaveScheduler:
                     self.placement,
                     self.placement_of_worker[worker],
                     self.applied,
-                    {t: self.snapshots[t] for t in self.placement_of_worker[worker]},
+                    {t: self.snapshot_of(t) for t in self.placement_of_worker[worker]},
                 ),
             )
             for worker, connection in self._connections.items()
@@ -333,17 +335,28 @@ class WaveScheduler:
         self.failures_in_a_row = 0
         status, captured, acks = {}, {}, []
         for task, report in flight.reports.items():
-            if report.snapshot is not None:
+            if report.snapshot is not None and report.snapshot.delta:
+                _, state = self.states.get(task, (0, {}))
+                pickle.loads(report.snapshot.blob).apply(state)
+                self.states[task] = (report.snapshot.version, state)
+            elif report.snapshot is not None:
                 self.snapshots[task] = report.snapshot
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
             acks.append(report.acks)
-        self.checkpointer.completed(flight.wave, self.snapshots)
+        self.checkpointer.completed(flight.wave, lambda: {t: self.snapshot_of(t) for t in self.tasks})
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now
         return CompletedWave(flight.wave, seconds, flight.tuples, AckBatch.combine(acks), status, captured)
+
+    def snapshot_of(self, task: int) -> Snapshot | None:
+        """The task's state as of the last completed wave, whole."""
+        if task in self.states:
+            version, state = self.states[task]
+            return Snapshot(version, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
+        return self.snapshots[task]
 
     # -- stopping -----------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:

@@ -28,6 +28,7 @@ class ComponentStats:
     timed_out: int = 0  # counted apart from explicit fails (also included in failed)
     errors: int = 0
     malformed: int = 0  # spout messages set aside as malformed, never emitted
+    state_changes: int = 0  # a stateful bolt's keys put or deleted, each saved once per wave
     latencies: HdrHistogram = field(default_factory=latency_histogram, repr=False)  # microseconds
 
     def add(self, status) -> None:
@@ -38,6 +39,7 @@ class ComponentStats:
         self.failed += status.failed
         self.errors += len(status.errors)
         self.malformed += status.malformed
+        self.state_changes += status.state_changes
 
     def record_latencies(self, seconds: list[float]) -> None:
         """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which

@@ -1,0 +1,122 @@
+"""The state of a stateful bolt's task: Storm's ``KeyValueState``, with the changes since the last checkpoint.
+
+A ``StatefulBolt`` task is handed its ``KeyValueState`` in ``init_state``.
+Every ``put`` and ``delete`` is remembered, so that what a task's state costs
+to save follows what changed, not what it holds: ``take_changes`` returns a
+``StateDelta`` (the keys put, with their values, and the keys deleted) and
+starts over. A base map with deltas applied in order gives the state back.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.model.errors import SquallError
+
+
+class UnpicklableState(SquallError):
+    """A state key or value that cannot be pickled; the message names the component and the key."""
+
+
+@dataclass(slots=True)
+class StateDelta:
+    """What one task's state changed: keys put, with their new values, and keys deleted."""
+
+    puts: dict[Any, Any] = field(default_factory=dict)
+    deletes: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes)
+
+    def apply(self, data: dict[Any, Any]) -> None:
+        """Apply this delta to ``data`` in place."""
+        for key in self.deletes:
+            data.pop(key, None)
+        data.update(self.puts)
+
+    def then(self, later: StateDelta) -> StateDelta:
+        """One delta equal to this one followed by ``later``."""
+        puts = {k: v for k, v in self.puts.items() if k not in later.puts and k not in set(later.deletes)}
+        puts.update(later.puts)
+        deletes = [k for k in dict.fromkeys([*self.deletes, *later.deletes]) if k not in later.puts]
+        return StateDelta(puts, deletes)
+
+
+class KeyValueState:
+    """A task's keys and values (Storm's ``KeyValueState``); keys and values must be picklable.
+
+    ``put``, ``get``, ``delete``, ``in``, iteration over the keys and ``len`` work as on a dict.
+    """
+
+    def __init__(self, component: str = "", data: dict[Any, Any] | None = None) -> None:
+        self.component = component
+        self._data: dict[Any, Any] = dict(data) if data else {}
+        self._changed: set[Any] = set()  # keys put or deleted since the last take_changes()
+
+    def put(self, key: Any, value: Any) -> None:
+        self._data[key] = value
+        self._changed.add(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key``; a key that is not there is no error."""
+        if key in self._data:
+            del self._data[key]
+            self._changed.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def items(self):
+        return self._data.items()
+
+    def __repr__(self) -> str:
+        return f"KeyValueState({self.component!r}, {len(self._data)} keys, {len(self._changed)} changed)"
+
+    # -- checkpoints ------------------------------------------------------------------
+    @property
+    def changed(self) -> int:
+        """Keys put or deleted since the last ``take_changes``."""
+        return len(self._changed)
+
+    def take_changes(self) -> StateDelta:
+        """The changes since the last call, which start over."""
+        data, delta = self._data, StateDelta()
+        for key in self._changed:
+            if key in data:
+                delta.puts[key] = data[key]
+            else:
+                delta.deletes.append(key)
+        self._changed = set()
+        return delta
+
+    def snapshot(self) -> dict[Any, Any]:
+        """Every key and value, as a new dict."""
+        return dict(self._data)
+
+
+def dump_delta(component: str, delta: StateDelta) -> bytes:
+    """``delta`` pickled; a key or value that cannot be pickled raises ``UnpicklableState`` naming it."""
+    try:
+        return pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        for key, value in delta.puts.items():
+            try:
+                pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as cause:
+                raise UnpicklableState(
+                    f"bolt {component!r}: state key {key!r} or its value ({type(value).__name__}) cannot be pickled:"
+                    f" {cause}; keys and values of a KeyValueState must be picklable"
+                ) from cause
+        raise UnpicklableState(f"bolt {component!r}: its state changes cannot be pickled: {exc}") from exc
