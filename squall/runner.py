@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 import zlib
@@ -24,10 +25,13 @@ from rich.live import Live
 from rich.table import Table
 
 from squall.model import config as cfg
+from squall.model.components import StatefulBolt
 from squall.model.errors import SquallError
 from squall.model.topology import Topology
 from squall.spark.driver import TopologyRun
 from squall.spark.stats import RunStats
+
+DEFAULT_CHECKPOINT_DIR = ".squall-state/checkpoints"  # squall run's, under the working directory
 
 
 def split_pairs(pairs: list[str], option: str) -> list[tuple[str, str]]:
@@ -159,6 +163,10 @@ def run_file(
     if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:  # after build_topology, which may choose one
         # The durable default, so that a restarted ``squall run`` resumes (LocalCluster would own a temporary one).
         conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, cfg.DEFAULTS[cfg.SQUALL_TRANSACTIONAL_STORE])
+    graph = getattr(topology, "topology", topology)
+    stateful = any(isinstance(spec.obj, StatefulBolt) for spec in graph.bolts.values())
+    if stateful and cfg.SQUALL_CHECKPOINT_DIR not in {**declared, **conf}:  # so that a restart resumes their state
+        conf[cfg.SQUALL_CHECKPOINT_DIR] = os.path.abspath(DEFAULT_CHECKPOINT_DIR)
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
     with LocalCluster(squall_conf) as cluster:

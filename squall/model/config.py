@@ -19,6 +19,8 @@ TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
 TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
+TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS = "topology.state.checkpoint.interval.ms"  # stateful bolts' checkpoints
+TOPOLOGY_STATE_PROVIDER = "topology.state.provider"  # where they go: "file" (under squall.checkpoint.dir)
 SQUALL_SPARK_MASTER = "squall.spark.master"
 SQUALL_SPARK_CONF = "squall.spark.conf"  # {spark key: value} passed to the SparkConf
 SQUALL_SPARK_UI = "squall.spark.ui"  # Spark's own web UI
@@ -45,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: True,
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
     TOPOLOGY_DEBUG: False,
+    TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS: 1000,
+    TOPOLOGY_STATE_PROVIDER: "file",
     SQUALL_SPARK_MASTER: "local[*]",
     SQUALL_SPARK_CONF: {},
     SQUALL_SPARK_UI: False,
@@ -90,6 +94,13 @@ def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]
         return problem and f"None or {problem}"
 
     return optional
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v in choices else "one of " + ", ".join(repr(c) for c in choices)
+
+    return check
 
 
 def _bool(v: Any) -> str | None:
@@ -138,6 +149,8 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: _bool,
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
     TOPOLOGY_DEBUG: _bool,
+    TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS: _positive_number,
+    TOPOLOGY_STATE_PROVIDER: _one_of("file"),
     SQUALL_SPARK_MASTER: _non_empty_str,
     SQUALL_SPARK_CONF: _spark_conf,
     SQUALL_SPARK_UI: _bool,

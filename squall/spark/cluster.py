@@ -51,6 +51,7 @@ class LocalCluster:
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.RLock()
         self._state_dir: str | None = None
+        self._checkpoint_dir: str | None = None
         self.sc, self._owns_context = spark_context(
             self.conf[cfg.SQUALL_SPARK_MASTER],
             settings=self.conf[cfg.SQUALL_SPARK_CONF],
@@ -77,6 +78,7 @@ class LocalCluster:
     def _set_checkpoint_dir(self) -> None:
         where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
         where = self._own_dir("squall-checkpoints-") if where is None else os.fspath(where)
+        self._checkpoint_dir = where
         if not is_local_master(self.sc.master) and is_local_path(where):
             log.warning(
                 "checkpoint directory %s is on the driver's local filesystem, but master %s is not local: a cluster "
@@ -90,6 +92,8 @@ class LocalCluster:
         """What the cluster and the submission declared (a run lays it over the topology's own config and
         the defaults); an owned transactional store unless one of them names a store."""
         merged = {**self._declared, **(conf or {})}
+        if cfg.SQUALL_CHECKPOINT_DIR not in {**topology_conf, **merged}:
+            merged[cfg.SQUALL_CHECKPOINT_DIR] = self._checkpoint_dir  # stateful bolts' checkpoints go here too
         if cfg.SQUALL_TRANSACTIONAL_STORE not in {**topology_conf, **merged}:
             if self._state_dir is None:
                 self._state_dir = self._own_dir("squall-state-")

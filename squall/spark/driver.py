@@ -24,6 +24,7 @@ Each ``step()``, at the clock's current time:
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pyspark import SparkContext
 
 from squall.model import config as cfg
-from squall.model.errors import TopologyFailed
+from squall.model.components import StatefulBolt
+from squall.model.errors import InvalidConfigError, TopologyFailed
 from squall.model.topology import Topology
 from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
 from squall.reliability.ids import IdGenerator
@@ -41,8 +43,10 @@ from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
 from squall.spark.spouts import SpoutHost
+from squall.spark.stateful import StateCheckpoints
 from squall.spark.stats import RunStats
 from squall.spark.trees import PendingTrees
+from squall.state.providers import open_state_provider
 from squall.time import simulated_time
 
 log = logging.getLogger("squall")
@@ -88,6 +92,9 @@ class TopologyRun:
         self._warned_unpicklable: set[str] = set()
         self.max_inflight: int = self.conf[cfg.SQUALL_WAVE_MAX_INFLIGHT]
         self.sizer = WaveSizer(self.conf[cfg.SQUALL_WAVE_TARGET_MS] / 1000.0, self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH])
+        self.state_checkpoints = self._state_checkpoints()
+        # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
+        restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}
         self._broadcast = ship_topology(sc, topology, self.conf, list(topology.bolts))  # spouts stay here
         self.scheduler = WaveScheduler(
             sc,
@@ -98,7 +105,10 @@ class TopologyRun:
             self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
             name,
             self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
+            self.state_checkpoints.tasks if self.state_checkpoints is not None else frozenset(),
         )
+        for task, state in restored.items():
+            self.scheduler.states[task] = (0, state)
         self.spout_host = SpoutHost(
             topology,
             self.conf,
@@ -122,6 +132,20 @@ class TopologyRun:
         """Pending trees (``len``, and ``get(root)``: its spout task, message id and emit time)."""
         return self.trees if self.trees is not None else {}
 
+    def _state_checkpoints(self) -> StateCheckpoints | None:
+        stateful = [c for c, spec in self.topology.bolts.items() if isinstance(spec.obj, StatefulBolt)]
+        if not stateful:
+            return None
+        where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
+        if where is None:
+            raise InvalidConfigError(f"topology {self.name!r} has stateful bolts {stateful}: set squall.checkpoint.dir")
+        try:
+            provider = open_state_provider(self.conf[cfg.TOPOLOGY_STATE_PROVIDER], os.fspath(where), self.name)
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        interval = self.conf[cfg.TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS] / 1000.0
+        return StateCheckpoints(self.topology, stateful, provider, interval, self.clock.now())
+
     # -- timers --------------------------------------------------------------
     def _tick_schedule(self) -> dict[str, list[float]]:
         ticks = {}
@@ -136,6 +160,8 @@ class TopologyRun:
         times = [due for _, due in self._ticks.values()]
         if self.timeouts and self.acking:
             times.append(self.next_rotation)
+        if self.state_checkpoints is not None and self.state_checkpoints.waiting:
+            times.append(self.state_checkpoints.next_due)
         return min(times) if times else None
 
     def _fire_timers(self, now: float) -> None:
@@ -174,8 +200,9 @@ class TopologyRun:
             self.spout_host.settle(self.trees.merge_inits())
         inputs = self.spout_host.outbox.take()
         delivered = sum(len(b.values) for batches in inputs.values() for b in batches)
-        if delivered:
-            self.wave = self.scheduler.send(inputs, self.clock.now() if self.clock.simulated else None)
+        checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
+        if delivered or checkpoint is not None:
+            self.wave = self.scheduler.send(inputs, self.clock.now() if self.clock.simulated else None, checkpoint)
             self.sizer.sent(self.wave, emits)
         # With a wave just sent, wait only for room; with nothing to send, wait for every wave in flight.
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
@@ -210,6 +237,12 @@ class TopologyRun:
                 self.captured[component].extend(values)
             if self.trees is not None and len(wave.acks):
                 self.spout_host.settle(self.trees.merge_acks(wave.acks))
+            if self.state_checkpoints is not None:
+                released = self.state_checkpoints.completed(
+                    wave.checkpoint, wave.state_deltas, wave.held_acks, self.scheduler.states
+                )
+                if released is not None and self.trees is not None and len(released):
+                    self.spout_host.settle(self.trees.merge_acks(released))
         return len(waves)
 
     def close(self) -> None:

@@ -133,6 +133,7 @@ class WaveInput:
     wave: int
     simulated_now: float | None
     batches: list[Batch]
+    checkpoint: int | None = None  # stateful bolts' pre_commit(checkpoint) runs at the end of this wave
 
 
 # -- acks ----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any
 from pyspark import SparkContext
 
 from squall.model.errors import TopologyFailed
+from squall.model.state import StateDelta
 from squall.model.topology import Topology
 from squall.spark.checkpoints import Checkpointer
 from squall.spark.context import runs_on_this_machine
@@ -66,6 +67,7 @@ class JobEnded:
 class WaveInFlight:
     wave: int
     simulated_now: float | None
+    checkpoint: int | None
     batches: dict[int, list[Batch]]  # worker -> the driver's batches for its tasks
     sent_at: float
     tuples: int
@@ -77,7 +79,10 @@ class CompletedWave:
     wave: int
     seconds: float  # from sending, or from the wave before it completing if later, to its last report
     tuples: int  # the driver's tuples in it
-    acks: AckBatch
+    acks: AckBatch  # of stateless tasks
+    held_acks: AckBatch  # of stateful tasks: held until a checkpoint holds their state
+    state_deltas: dict[int, StateDelta]  # what each stateful task's state changed
+    checkpoint: int | None
     status: dict[tuple[str, int], TaskStatus]
     captured: dict[tuple[str, int], list[tuple]]
 
@@ -114,10 +119,12 @@ class WaveScheduler:
         max_failures: int,
         name: str,
         checkpoint_interval: int,
+        stateful_tasks: frozenset[int] = frozenset(),
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
         self.workers = workers
+        self.stateful_tasks = stateful_tasks  # their acks wait for a checkpoint (stateful.py)
         self.max_failures = max_failures
         self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
         index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
@@ -165,7 +172,7 @@ class WaveScheduler:
         self._job.start()
 
     # -- sending ------------------------------------------------------------------
-    def send(self, inputs: dict[int, list[Batch]], simulated_now: float | None) -> int:
+    def send(self, inputs: dict[int, list[Batch]], simulated_now: float | None, checkpoint: int | None = None) -> int:
         """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them. Returns the wave number."""
         wave = self.next_wave
         self.next_wave += 1
@@ -178,7 +185,7 @@ class WaveScheduler:
                 tuples += len(batch.values)
             batches[-1].last = True
             per_worker[self.placement[task]].extend(batches)
-        flight = WaveInFlight(wave, simulated_now, per_worker, time.monotonic(), tuples)
+        flight = WaveInFlight(wave, simulated_now, checkpoint, per_worker, time.monotonic(), tuples)
         self.inflight[wave] = flight
         if self.ready:
             self._send_wave(flight)
@@ -190,7 +197,10 @@ class WaveScheduler:
             for batch in batches:
                 batch.generation = self.generation
             messages.append(
-                (self._connections[worker], WaveInput(self.generation, flight.wave, flight.simulated_now, batches))
+                (
+                    self._connections[worker],
+                    WaveInput(self.generation, flight.wave, flight.simulated_now, batches, flight.checkpoint),
+                )
             )
         self.hub.send(messages)
 
@@ -333,23 +343,34 @@ class WaveScheduler:
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
-        status, captured, acks = {}, {}, []
+        status, captured, acks, held, deltas = {}, {}, [], [], {}
         for task, report in flight.reports.items():
             if report.snapshot is not None and report.snapshot.delta:
                 _, state = self.states.get(task, (0, {}))
-                pickle.loads(report.snapshot.blob).apply(state)
+                delta = deltas[task] = pickle.loads(report.snapshot.blob)
+                delta.apply(state)
                 self.states[task] = (report.snapshot.version, state)
             elif report.snapshot is not None:
                 self.snapshots[task] = report.snapshot
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
-            acks.append(report.acks)
+            (held if task in self.stateful_tasks else acks).append(report.acks)
         self.checkpointer.completed(flight.wave, lambda: {t: self.snapshot_of(t) for t in self.tasks})
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now
-        return CompletedWave(flight.wave, seconds, flight.tuples, AckBatch.combine(acks), status, captured)
+        return CompletedWave(
+            flight.wave,
+            seconds,
+            flight.tuples,
+            AckBatch.combine(acks),
+            AckBatch.combine(held),
+            deltas,
+            flight.checkpoint,
+            status,
+            captured,
+        )
 
     def snapshot_of(self, task: int) -> Snapshot | None:
         """The task's state as of the last completed wave, whole."""

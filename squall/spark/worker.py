@@ -111,6 +111,7 @@ class Worker:
         self.placement: dict[int, int] = {}
         self.tasks: dict[int, HostedTask] = {}
         self.times: dict[int, float | None] = {}  # wave -> its simulated time
+        self.checkpoints: dict[int, int] = {}  # wave -> the state checkpoint it carries
         self.local: deque[Any] = deque()  # batches between tasks of this worker
 
     # -- messages ----------------------------------------------------------------
@@ -126,6 +127,8 @@ class Worker:
             elif isinstance(message, WaveInput):
                 if message.generation == self.generation:
                     self.times[message.wave] = message.simulated_now
+                    if message.checkpoint is not None:
+                        self.checkpoints[message.wave] = message.checkpoint
                     for batch in message.batches:
                         self._deliver(batch)
             elif isinstance(message, Assign):
@@ -136,7 +139,7 @@ class Worker:
     def _assign(self, message: Assign) -> None:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
         self.close()
-        self.tasks, self.times = {}, {}
+        self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
         settings = message.settings
@@ -192,8 +195,15 @@ class Worker:
             batch.last = True
             self._send(batch)
         status = collector.status
+        checkpoint = self.checkpoints.get(wave)
+        if checkpoint is not None and task.state is not None:
+            try:
+                task.bolt.pre_commit(checkpoint)
+            except Exception as exc:
+                log.error("%s task %d: pre_commit(%d) raised", task.component, task.task, checkpoint, exc_info=True)
+                collector.report_error(exc)
         snapshot = None
-        if status.executed:
+        if status.executed or (task.state is not None and task.state.changed):
             snapshot = task.snapshot(wave)
             status.unpicklable = sorted(task.unpicklable)
         report = TaskReport(
@@ -210,6 +220,7 @@ class Worker:
         oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
         for done in [w for w in self.times if w < min(oldest, wave + 1)]:
             del self.times[done]  # no task here still needs that wave's time
+            self.checkpoints.pop(done, None)
         hosted.wave, hosted.started = wave + 1, False
         hosted.waiting = set(hosted.producers)
         for batch in hosted.held.pop(hosted.wave, ()):
