@@ -356,7 +356,10 @@ class WaveScheduler:
             if report.captured:
                 captured[(report.component, task)] = report.captured
             (held if task in self.stateful_tasks else acks).append(report.acks)
-        self.checkpointer.completed(flight.wave, lambda: {t: self.snapshot_of(t) for t in self.tasks})
+        # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
+        self.checkpointer.completed(
+            flight.wave, lambda: {t: self.snapshots[t] for t in self.tasks if t not in self.states}
+        )
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now

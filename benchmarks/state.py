@@ -1,0 +1,158 @@
+"""Stateful bolts: what a task's state costs as it grows, what durable checkpoints cost, and how fast a topology
+with a large state comes back. One run on ``local[2]``; prints one ``name=value`` per line.
+
+The topology is ``words (spout) --fields(word)--> count (2 tasks, a StatefulBolt counting in its
+KeyValueState)``. Large states are written as a checkpoint before the run starts, as a restarted topology would
+find them, rather than counted up word by word.
+
+    python benchmarks/state.py [--master local[2]] [--words 300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import threading
+import time
+
+from squall import LocalCluster, Spout, StatefulBolt, TopologyBuilder
+from squall.model.hashing import stable_hash
+from squall.spark.context import spark_context
+from squall.state.providers import FileStateProvider
+
+
+class Words(Spout):
+    """Emits its words once each, msg id = index, and counts the acks."""
+
+    outputs = ("word",)
+
+    def __init__(self, words: list[str]) -> None:
+        self.words, self.acked, self.next = words, 0, 0
+        self.first_ack_at: float | None = None
+        self.done = threading.Event()
+
+    def __deepcopy__(self, memo):  # the benchmark holds the object the topology runs
+        return self
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.next < len(self.words):
+            self.collector.emit([self.words[self.next]], msg_id=self.next)
+            self.next += 1
+
+    def ack(self, msg_id):
+        if self.first_ack_at is None:
+            self.first_ack_at = time.perf_counter()
+        self.acked += 1
+        if self.acked == len(self.words):
+            self.done.set()
+
+
+class CountInState(StatefulBolt):
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tup):
+        word = tup[0]
+        self.counts.put(word, self.counts.get(word, 0) + 1)
+        self.collector.ack(tup)
+
+
+def topology(spout: Words):
+    b = TopologyBuilder()
+    b.set_spout("words", spout)
+    b.set_bolt("count", CountInState(), 2).fields_grouping("words", ["word"])
+    return b.build()
+
+
+def vocabulary(size: int) -> list[str]:
+    return [f"k{i:07d}" for i in range(size)]
+
+
+def seed_state(directory: str, name: str, keys: list[str]) -> None:
+    """A checkpoint holding ``keys`` (count 1 each) on the tasks the fields grouping sends them to."""
+    tasks = list(topology(Words([])).task_ids("count"))
+    states = {task: {} for task in tasks}
+    for key in keys:
+        states[tasks[stable_hash([key]) % len(tasks)]][key] = 1
+    FileStateProvider(f"{directory}/{name}/state").compact(1, {"count": tasks}, states)
+
+
+def run_words(words: list[str], held: int, conf: dict, until_acked: bool = True) -> tuple[float, float, int]:
+    """With ``held`` keys in state at the start: seconds from the first completed wave until every word is
+    acked (or, with ``until_acked`` false, counted), and the waves in that time; and seconds from submit to the
+    first acked word. A restarted topology's loading of its state happens before its first wave."""
+    directory = tempfile.mkdtemp(prefix="squall-bench-state-")
+    seed_state(directory, "state", vocabulary(held))
+    spout = Words(words)
+    with LocalCluster({"squall.checkpoint.dir": directory}) as cluster:
+        submitted = time.perf_counter()
+        run = cluster.submit_topology("state", conf, topology(spout))
+        count = run.stats.of("count")
+        deadline = submitted + 600
+        while run.stats.waves == 0 and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        started, first_waves = time.perf_counter(), run.stats.waves
+        while not (spout.done.is_set() if until_acked else count.executed == len(words)):
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{spout.acked} acked, {count.executed} counted of {len(words)}")
+            time.sleep(0.001)
+        seconds, waves = time.perf_counter() - started, run.stats.waves - first_waves
+        first_ack = spout.first_ack_at - submitted if spout.first_ack_at is not None else float("nan")
+        return seconds, first_ack, waves
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--words", type=int, default=300_000)
+    args = parser.parse_args()
+    spark_context(args.master)
+    rnd = random.Random(5)
+    run_words(vocabulary(1000)[:200], 1000, {})  # warm up Spark and the Python workers
+
+    # Throughput with 1M distinct words held against 1k: the stream draws from the keys held.
+    rates = {}
+    for held in (1_000, 1_000_000):
+        words = rnd.choices(vocabulary(held), k=args.words)
+        seconds = min(run_words(words, held, {})[0] for _ in range(2))
+        rates[held] = args.words / seconds
+        print(f"state_{held}_keys_held_words_per_second={rates[held]:.0f}")
+    print(f"state_1m_vs_1k_keys_held_time_ratio={rates[1_000] / rates[1_000_000]:.2f}")
+
+    # Per-wave cost with 1k keys changed per wave, as the keys held grow.
+    waves_ms = {}
+    fixed = {"squall.wave.spout.batch": 1000, "squall.wave.target.ms": 1e9}
+    for held in (10_000, 100_000, 1_000_000):
+        keys = vocabulary(held)
+        words = [keys[i % held] for i in range(60_000)]  # 1k distinct keys a wave, 60 waves
+        seconds, _, waves = run_words(words, held, fixed)
+        waves_ms[held] = seconds / waves * 1000
+        print(f"state_wave_ms_{held}_keys_held_1k_changed={waves_ms[held]:.1f} (waves={waves})")
+    print(f"state_wave_cost_max_vs_min={max(waves_ms.values()) / min(waves_ms.values()):.2f}")
+
+    # Durable checkpoints every second against none (acking off in both, so that no ack waits for one),
+    # timed until every word is counted.
+    words = rnd.choices(vocabulary(100_000), k=args.words)
+    timings = {}
+    for label, interval in (("every_1s", 1000), ("none", 1e9)):
+        conf = {"topology.state.checkpoint.interval.ms": interval, "topology.acker.executors": 0}
+        timings[label] = min(run_words(words, 100_000, conf, until_acked=False)[0] for _ in range(2))
+        print(f"state_checkpoint_{label}_words_per_second={args.words / timings[label]:.0f}")
+    print(f"state_checkpoint_every_1s_cost={timings['every_1s'] / timings['none'] - 1:.1%}")
+
+    # A restart with 1M keys of state: from submit to the first acked tuple.
+    _, first_ack, _ = run_words(["k0000001"], 1_000_000, {})
+    print(f"state_restart_1m_keys_to_first_ack_seconds={first_ack:.2f}")
+
+
+if __name__ == "__main__":
+    main()
