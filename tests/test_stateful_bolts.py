@@ -4,16 +4,19 @@ checkpoint that holds their state, and a value that cannot be saved stops the to
 key."""
 
 import os
+import pickle
 import random
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import redis
 from drivers import finish_driver, kill_driver, start_driver
 
 from squall import BasicBolt, InvalidConfigError, StatefulBolt, TopologyBuilder, TopologyFailed
 from squall.connectors.queue import ReliableQueue
+from squall.state import StateDelta
 from squall.state.providers import FileStateProvider
 from squall.testing import FeederSpout, TestCluster
 
@@ -264,3 +267,57 @@ def test_a_stateful_word_count_survives_three_driver_kills(tmp_path):
     duplicates = sum(counts.values()) - len(words)
     assert duplicates <= 3 * PENDING  # at most what three dead drivers had in flight
     print(f"words={len(words)} driver_kills=3 duplicates={duplicates}")
+
+
+def test_checkpoints_in_redis_wait_out_a_server_restart_and_resume_the_topology(spark, tmp_path):
+    from servers import RedisServer
+
+    (tmp_path / "redis").mkdir()
+    server = RedisServer(tmp_path / "redis", persistent=True)
+    try:
+        conf = {
+            "topology.state.provider": "redis",
+            "squall.redis.url": server.url,
+            "squall.checkpoint.dir": str(tmp_path / "checkpoints"),
+        }
+        with TestCluster() as first:
+            feeder = FeederSpout(["word"])
+            first.submit_for_capture("in-redis", conf, one_count(feeder, 2))
+            for w in ["a", "b", "a"]:
+                feeder.feed([w])
+            first.advance_time(1)  # checkpoint 1, in Redis
+            assert len(feeder.acked) == 3
+            server.stop()
+            for w in ["a", "c"]:
+                feeder.feed([w])
+            first.advance_time(1)  # the server is away: the checkpoint fails, and the acks wait
+            assert len(feeder.acked) == 3 and feeder.failed == set()
+            server.start()
+            first.advance_time(1)  # written now, with the changes it missed
+            assert len(feeder.acked) == 5 and feeder.failed == set()
+
+        with TestCluster() as second:  # a restarted topology finds its state in Redis
+            feeder = FeederSpout(["word"])
+            run = second.submit_for_capture("in-redis", conf, one_count(feeder, 2))
+            feeder.feed(["a"])
+            second.advance_time(1)
+            assert counted(run) == {"a": 4} and len(feeder.acked) == 1
+        keys = redis.Redis.from_url(server.url).keys("squall:state:in-redis:*")
+        assert sorted(k.decode() for k in keys if k.endswith(b"checkpoint") or k.endswith(b"layout")) == [
+            "squall:state:in-redis:checkpoint",
+            "squall:state:in-redis:layout",
+        ]
+    finally:
+        server.stop()
+
+
+def test_a_redis_state_entry_not_signed_by_the_checkpoint_key_is_refused(tmp_path, redis_server):
+    from squall.state.providers import RedisStateProvider
+
+    provider = RedisStateProvider(redis_server.url, "signed", str(tmp_path / "state.key"))
+    provider.save(1, {"count": [1]}, {1: StateDelta({"a": 1})})
+    assert provider.load().states == {1: {"a": 1}}
+    client = redis.Redis.from_url(redis_server.url)
+    client.hset("squall:state:signed:task:1", b"\0" * 32 + pickle.dumps("evil"), b"\0" * 32 + pickle.dumps(0))
+    with pytest.raises(ValueError, match="not signed by this checkpoint directory's key"):
+        provider.load()

@@ -20,7 +20,7 @@ TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
 TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS = "topology.state.checkpoint.interval.ms"  # stateful bolts' checkpoints
-TOPOLOGY_STATE_PROVIDER = "topology.state.provider"  # where they go: "file" (under squall.checkpoint.dir)
+TOPOLOGY_STATE_PROVIDER = "topology.state.provider"  # where they go: "file" (squall.checkpoint.dir) or "redis"
 SQUALL_SPARK_MASTER = "squall.spark.master"
 SQUALL_SPARK_CONF = "squall.spark.conf"  # {spark key: value} passed to the SparkConf
 SQUALL_SPARK_UI = "squall.spark.ui"  # Spark's own web UI
@@ -150,7 +150,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
     TOPOLOGY_DEBUG: _bool,
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS: _positive_number,
-    TOPOLOGY_STATE_PROVIDER: _one_of("file"),
+    TOPOLOGY_STATE_PROVIDER: _one_of("file", "redis"),
     SQUALL_SPARK_MASTER: _non_empty_str,
     SQUALL_SPARK_CONF: _spark_conf,
     SQUALL_SPARK_UI: _bool,

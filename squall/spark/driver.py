@@ -140,7 +140,9 @@ class TopologyRun:
         if where is None:
             raise InvalidConfigError(f"topology {self.name!r} has stateful bolts {stateful}: set squall.checkpoint.dir")
         try:
-            provider = open_state_provider(self.conf[cfg.TOPOLOGY_STATE_PROVIDER], os.fspath(where), self.name)
+            provider = open_state_provider(
+                self.conf[cfg.TOPOLOGY_STATE_PROVIDER], os.fspath(where), self.name, self.conf[cfg.SQUALL_REDIS_URL]
+            )
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from exc
         interval = self.conf[cfg.TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS] / 1000.0

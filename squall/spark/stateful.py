@@ -30,14 +30,19 @@ from squall.model.hashing import stable_hash
 from squall.model.state import StateDelta
 from squall.model.topology import Topology
 from squall.spark.protocol import AckBatch
-from squall.state.providers import COMPACT_EVERY, FileStateProvider, Restored
+from squall.state.providers import COMPACT_EVERY, FileStateProvider, RedisStateProvider, Restored
 
 log = logging.getLogger("squall")
 
 
 class StateCheckpoints:
     def __init__(
-        self, topology: Topology, components: list[str], provider: FileStateProvider, interval: float, now: float
+        self,
+        topology: Topology,
+        components: list[str],
+        provider: FileStateProvider | RedisStateProvider,
+        interval: float,
+        now: float,
     ) -> None:
         self.topology = topology
         self.provider = provider
@@ -141,7 +146,11 @@ class StateCheckpoints:
                     delta.puts[key] = state[key]
                 else:
                     delta.deletes.append(key)
-        self.provider.save(checkpoint, self.layout, saved)
+        try:
+            self.provider.save(checkpoint, self.layout, saved)
+        except Exception:  # the store is away: the changes and the acks wait for the next checkpoint
+            log.exception("checkpoint %d could not be written to %s; trying again", checkpoint, self.provider.directory)
+            return None
         if checkpoint % COMPACT_EVERY == 0:
             self.provider.compact(checkpoint, self.layout, {t: states.get(t, (0, {}))[1] for t in self.tasks})
         self.checkpoint = checkpoint

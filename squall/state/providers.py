@@ -1,4 +1,4 @@
-"""Where stateful bolts' checkpoints go (``topology.state.provider``).
+"""Where stateful bolts' checkpoints go (``topology.state.provider``): ``file`` or ``redis``.
 
 ``FileStateProvider`` (``file``, the default) keeps a topology's checkpoints
 under ``<squall.checkpoint.dir>/<topology name>/state/``:
@@ -17,13 +17,18 @@ written and read by the driver only, so they may live on its local disk.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import pickle
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from squall.model.state import StateDelta
+from squall.model.urls import redact
 
 COMPACT_EVERY = 20
 _FILE = re.compile(r"^(base|delta)-(\d{12})\.pickle$")
@@ -102,14 +107,93 @@ class FileStateProvider:
         return restored
 
 
-def open_state_provider(kind: str, checkpoint_dir: str, topology: str) -> FileStateProvider:
-    """The provider ``topology.state.provider`` names, for the topology ``topology``."""
-    if kind != "file":
-        raise ValueError(f"topology.state.provider: unknown provider {kind!r}; known: ['file']")
+class RedisStateProvider:
+    """Checkpoints in Redis (``redis``), as Storm's ``RedisKeyValueStateProvider`` keeps them: each stateful task's
+    state is a hash, ``squall:state:<topology>:task:<task>``, updated in place.
+
+    A checkpoint is one ``MULTI``/``EXEC``: every task's puts and deletes, the tasks of each component and the
+    checkpoint's id go in together or not at all. The server must keep its data (an append-only file with
+    ``appendfsync always`` keeps every checkpoint it confirmed). Keys and values are pickled and signed with
+    HMAC-SHA256 under a key kept in the checkpoint directory, readable by its owner only: what comes back from
+    the server is unpickled only when its signature holds.
+    """
+
+    def __init__(self, url: str, topology: str, key_file: str) -> None:
+        import redis
+
+        self.url, self.prefix = url, f"squall:state:{topology}"
+        self.directory = f"{redact(url)} ({self.prefix})"
+        self._redis = redis.Redis.from_url(url)
+        self._secret = _secret(key_file)
+
+    def _sign(self, value: Any) -> bytes:
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return hmac.new(self._secret, blob, hashlib.sha256).digest() + blob
+
+    def _load(self, signed: bytes) -> Any:
+        signature, blob = signed[:32], signed[32:]
+        if not hmac.compare_digest(signature, hmac.new(self._secret, blob, hashlib.sha256).digest()):
+            raise ValueError(f"{self.directory}: a stored state entry is not signed by this checkpoint directory's key")
+        return pickle.loads(blob)
+
+    def save(self, checkpoint: int, layout: dict[str, list[int]], deltas: dict[int, StateDelta]) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        for task, delta in deltas.items():
+            name = f"{self.prefix}:task:{task}"
+            if delta.deletes:
+                pipe.hdel(name, *(self._sign(k) for k in delta.deletes))
+            if delta.puts:
+                pipe.hset(name, mapping={self._sign(k): self._sign(v) for k, v in delta.puts.items()})
+        pipe.set(f"{self.prefix}:layout", json.dumps(layout))
+        pipe.set(f"{self.prefix}:checkpoint", checkpoint)
+        pipe.execute()
+
+    def compact(self, checkpoint: int, layout: dict[str, list[int]], states: dict[int, dict[Any, Any]]) -> None:
+        """Nothing to do: each task's hash is its whole state already."""
+
+    def load(self) -> Restored:
+        checkpoint = self._redis.get(f"{self.prefix}:checkpoint")
+        if checkpoint is None:
+            return Restored()
+        layout = json.loads(self._redis.get(f"{self.prefix}:layout"))
+        states = {}
+        for task in (t for tasks in layout.values() for t in tasks):
+            stored = self._redis.hgetall(f"{self.prefix}:task:{task}")
+            states[task] = {self._load(k): self._load(v) for k, v in stored.items()}
+        return Restored(int(checkpoint), layout, states)
+
+
+def _secret(path: str) -> bytes:
+    """The signing key in ``path``, made (owner-only) the first time."""
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(secrets.token_bytes(32))
+        return _secret(path)
+
+
+def _local(checkpoint_dir: str) -> str:
     if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
         raise ValueError(
-            f"squall.checkpoint.dir {checkpoint_dir!r}: the file state provider needs a path on the driver's"
+            f"squall.checkpoint.dir {checkpoint_dir!r}: stateful bolts' checkpoints need a path on the driver's"
             " machine (or a file: URL)"
         )
-    local = checkpoint_dir.removeprefix("file://").removeprefix("file:")
-    return FileStateProvider(os.path.join(local, topology, "state"))
+    return checkpoint_dir.removeprefix("file://").removeprefix("file:")
+
+
+def open_state_provider(
+    kind: str, checkpoint_dir: str, topology: str, redis_url: str | None = None
+) -> FileStateProvider | RedisStateProvider:
+    """The provider ``topology.state.provider`` names, for the topology ``topology``."""
+    local = os.path.join(_local(checkpoint_dir), topology)
+    if kind == "file":
+        return FileStateProvider(os.path.join(local, "state"))
+    if kind == "redis":
+        if not redis_url:
+            raise ValueError("topology.state.provider 'redis' needs squall.redis.url")
+        return RedisStateProvider(redis_url, topology, os.path.join(local, "state.key"))
+    raise ValueError(f"topology.state.provider: unknown provider {kind!r}; known: ['file', 'redis']")
