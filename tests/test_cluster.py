@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -318,4 +319,63 @@ def test_local_cluster_with_two_executors_loses_nothing_when_one_is_killed(tmp_p
     print(
         f"\nlocal-cluster[2,1,1024]: messages={messages} words={sum(exact.values())} executor_killed=1"
         f" duplicate_words={sum(recorded.values()) - sum(exact.values())} total={time.monotonic() - started:.0f}s"
+    )
+
+
+# -- stateful bolts: counts in a KeyValueState, through driver and worker kills -------------------
+def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_kills(standalone, tmp_path):
+    """``squall run tests/stateful_word_count.py --master spark://...``: three drivers SIGKILLed at random points,
+    a Spark worker SIGKILLed under the second; no count ends below the exact one."""
+    from stateful_word_count import NAME, PENDING
+
+    from squall.state.providers import FileStateProvider
+
+    while standalone.alive() < 2:
+        standalone.add_worker()
+    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
+    producer = ReliableQueue(queue_path, "q")
+    words = [f"w{i % 89}" for i in range(4000)]
+    producer.put_many([w] for w in words)
+    args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "tests" / "stateful_word_count.py")]
+    args += ["--master", standalone.url, "--idle-secs", "3", "--spark-conf", "spark.task.maxFailures=8"]
+    args += ["--conf", f"test.queue={queue_path}", "--conf", f"squall.checkpoint.dir={checkpoints}"]
+
+    def gone() -> int:
+        return len(words) - sum(producer.counts().values())
+
+    started = time.monotonic()
+    rnd = random.Random(3)
+    for kill in range(4):
+        with open(tmp_path / f"driver-{kill}.log", "w") as out:
+            driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            if kill == 3:  # the last driver runs to the end
+                driver.wait(timeout=600)
+                break
+            wanted = gone() + rnd.randint(200, 700)
+            _wait(lambda wanted=wanted: gone() >= wanted, driver, f"progress of driver {kill + 1}")
+            if kill == 1:  # a Spark worker dies under this driver, which goes on on the other and a new one
+                victim = next(i for i, p in enumerate(standalone.workers) if p.poll() is None)
+                standalone.kill_worker(victim)
+                standalone.add_worker()
+                wanted = gone() + 200
+                _wait(lambda wanted=wanted: gone() >= wanted, driver, "progress after the worker kill")
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+    output = (tmp_path / "driver-3.log").read_text()
+    assert driver.returncode == 0, output[-5000:]
+    assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
+
+    counts = Counter()
+    for state in FileStateProvider(str(checkpoints / NAME / "state")).load().states.values():
+        counts.update(state)
+    exact = Counter(words)
+    assert set(counts) == set(exact) and all(counts[w] >= exact[w] for w in exact)  # never below
+    duplicates = sum(counts.values()) - len(words)
+    assert duplicates <= 3 * PENDING
+    print(
+        f"\nstandalone stateful: words={len(words)} driver_kills=3 worker_kills=1 duplicates={duplicates}"
+        f" total={time.monotonic() - started:.0f}s"
     )
