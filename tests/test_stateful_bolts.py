@@ -233,31 +233,57 @@ def test_an_unknown_state_provider_is_refused_by_name(cluster):
         cluster.submit_topology("bad-provider", conf, one_count(FeederSpout(["word"])))
 
 
-def test_a_stateful_word_count_survives_three_driver_kills(tmp_path):
+@pytest.mark.parametrize("provider", ["file", "redis"])
+def test_a_stateful_word_count_survives_three_driver_kills(tmp_path, provider):
     """``squall run`` SIGKILLed three times at random points and restarted: no count falls below the exact one,
-    and what is over it is bounded by the tuples in flight."""
+    and what is over it is bounded by the tuples in flight. With Redis holding the checkpoints, the server is
+    also restarted under the second driver."""
+    from servers import RedisServer
     from stateful_word_count import NAME, PENDING
+
+    from squall.state.providers import RedisStateProvider
 
     queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
     producer = ReliableQueue(queue_path, "q")
     words = [f"w{i % 97}" for i in range(4000)]
     producer.put_many([w] for w in words)
     conf = {"test.queue": queue_path, "squall.checkpoint.dir": checkpoints}
-    rnd = random.Random(11)
-    for kill in range(3):
-        driver = start_driver("stateful_word_count.py", conf)
-        done = len(words) - sum(producer.counts().values())
-        wanted = done + rnd.randint(200, 800)  # kill once this many more messages are acked and gone
-        deadline = time.monotonic() + 240
-        while len(words) - sum(producer.counts().values()) < wanted:
-            assert driver.poll() is None, driver.stdout.read()
-            assert time.monotonic() < deadline, f"driver {kill + 1} made no progress"
-            time.sleep(0.05)
-        kill_driver(driver)
-    finish_driver(start_driver("stateful_word_count.py", conf), timeout=300)
-    assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
+    server = None
+    if provider == "redis":
+        (tmp_path / "redis").mkdir()
+        server = RedisServer(tmp_path / "redis", persistent=True)
+        conf.update({"topology.state.provider": "redis", "squall.redis.url": server.url})
 
-    restored = FileStateProvider(str(checkpoints / NAME / "state")).load()
+    def gone() -> int:
+        return len(words) - sum(producer.counts().values())
+
+    def wait_for(wanted: int, driver) -> None:
+        deadline = time.monotonic() + 240
+        while gone() < wanted:
+            assert driver.poll() is None, driver.stdout.read()
+            assert time.monotonic() < deadline, "the driver made no progress"
+            time.sleep(0.05)
+
+    rnd = random.Random(11)
+    try:
+        for kill in range(3):
+            driver = start_driver("stateful_word_count.py", conf)
+            wait_for(gone() + rnd.randint(200, 800), driver)  # kill once this many more messages are acked
+            if server is not None and kill == 1:
+                server.stop()  # checkpoints fail, and their acks wait, until it is back
+                time.sleep(1.5)
+                server.start()
+                wait_for(gone() + 200, driver)
+            kill_driver(driver)
+        finish_driver(start_driver("stateful_word_count.py", conf), timeout=300)
+        assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
+        if server is None:
+            restored = FileStateProvider(str(checkpoints / NAME / "state")).load()
+        else:
+            restored = RedisStateProvider(server.url, NAME, str(checkpoints / NAME / "state.key")).load()
+    finally:
+        if server is not None:
+            server.stop()
     counts = Counter()
     for state in restored.states.values():
         assert not set(state) & set(counts)  # each word on one task
@@ -266,7 +292,7 @@ def test_a_stateful_word_count_survives_three_driver_kills(tmp_path):
     assert set(counts) == set(exact) and all(counts[w] >= exact[w] for w in exact)  # never below
     duplicates = sum(counts.values()) - len(words)
     assert duplicates <= 3 * PENDING  # at most what three dead drivers had in flight
-    print(f"words={len(words)} driver_kills=3 duplicates={duplicates}")
+    print(f"provider={provider} words={len(words)} driver_kills=3 duplicates={duplicates}")
 
 
 def test_checkpoints_in_redis_wait_out_a_server_restart_and_resume_the_topology(spark, tmp_path):
@@ -321,3 +347,33 @@ def test_a_redis_state_entry_not_signed_by_the_checkpoint_key_is_refused(tmp_pat
     client.hset("squall:state:signed:task:1", b"\0" * 32 + pickle.dumps("evil"), b"\0" * 32 + pickle.dumps(0))
     with pytest.raises(ValueError, match="not signed by this checkpoint directory's key"):
         provider.load()
+
+
+class CountAndNoteCommits(StatefulCount):
+    """Notes each checkpoint id it is asked to get ready for, with its state's size then."""
+
+    def __init__(self, notes: str) -> None:
+        self.notes = notes
+
+    def pre_commit(self, checkpoint_id):
+        with open(self.notes, "a") as out:
+            out.write(f"{checkpoint_id}:{len(self.counts)}\n")
+
+
+def test_pre_commit_runs_on_every_task_before_each_checkpoint(cluster, tmp_path):
+    notes = tmp_path / "notes"
+    feeder = FeederSpout(["word"])
+    b = TopologyBuilder()
+    b.set_spout("s", feeder)
+    b.set_bolt("count", CountAndNoteCommits(str(notes))).fields_grouping("s", ["word"])
+    cluster.submit_topology("pre-commit", {"squall.checkpoint.dir": str(tmp_path)}, b.build())
+    feeder.feed(["a"])
+    cluster.wait_idle()
+    assert not notes.exists()  # no checkpoint yet
+    cluster.advance_time(1)
+    feeder.feed(["b"])
+    feeder.feed(["c"])
+    cluster.advance_time(1)
+    cluster.advance_time(1)  # nothing changed and nothing waits: no checkpoint
+    assert notes.read_text().splitlines() == ["1:1", "2:3"]
+    assert FileStateProvider(str(tmp_path / "pre-commit" / "state")).load().checkpoint == 2
