@@ -136,6 +136,14 @@ class TestCluster(LocalCluster):
             else:
                 raise SquallError(f"topology {run.name!r} did not go idle in {MAX_IDLE_WAVES} waves")
 
+    def _drain(self, run: TopologyRun, seconds: float) -> None:
+        """As ``LocalCluster._drain``, on simulated time: moved on from timer to timer."""
+        deadline = self.clock.now() + seconds
+        self.wait_idle()
+        while (run.stats.pending or run.state_waiting) and self.clock.now() < deadline and run.failure is None:
+            due = run.next_timer()
+            self.advance_time(max(0.0, (deadline if due is None else min(due, deadline)) - self.clock.now()))
+
     def advance_time(self, seconds: float) -> None:
         """Move simulated time forward, running the rotations and ticks that fall due, then wait idle."""
         if seconds < 0:

@@ -14,7 +14,7 @@ import pytest
 import redis
 from drivers import finish_driver, kill_driver, start_driver
 
-from squall import BasicBolt, InvalidConfigError, StatefulBolt, TopologyBuilder, TopologyFailed
+from squall import BasicBolt, InvalidConfigError, InvalidTopologyError, StatefulBolt, TopologyBuilder, TopologyFailed
 from squall.connectors.queue import ReliableQueue
 from squall.state import StateDelta
 from squall.state.providers import FileStateProvider
@@ -377,3 +377,27 @@ def test_pre_commit_runs_on_every_task_before_each_checkpoint(cluster, tmp_path)
     cluster.advance_time(1)  # nothing changed and nothing waits: no checkpoint
     assert notes.read_text().splitlines() == ["1:1", "2:3"]
     assert FileStateProvider(str(tmp_path / "pre-commit" / "state")).load().checkpoint == 2
+
+
+def test_rebalance_moves_a_stateful_bolts_keys_to_its_new_tasks(cluster, tmp_path):
+    feeder = FeederSpout(["word"])
+    conf = {"squall.checkpoint.dir": str(tmp_path)}
+    words = [f"w{i}" for i in range(30)]
+    first = cluster.submit_for_capture("rebalanced", conf, one_count(feeder, 2))
+    ids = [feeder.feed([w]) for w in words]
+    cluster.wait_idle()  # counted; the acks wait for a checkpoint, which rebalance lets happen
+    run = cluster.rebalance("rebalanced", {"count": 3})
+    assert feeder.acked == set(ids) and feeder.failed == set()
+    assert run is not first and run.topology.task_ids("count") == (1, 2, 3)
+    for w in words:
+        feeder.feed([w])
+    cluster.advance_time(1)
+    assert counted(run) == {w: 2 for w in words}
+
+
+def test_rebalance_names_what_it_cannot_change(cluster):
+    cluster.submit_topology("fixed", {}, one_count(FeederSpout(["word"])))
+    with pytest.raises(InvalidTopologyError, match="'nope': no such component"):
+        cluster.rebalance("fixed", {"nope": 2})
+    with pytest.raises(InvalidTopologyError, match="component 'count': parallelism must be an int >= 1, got 0"):
+        cluster.rebalance("fixed", {"count": 0})

@@ -35,6 +35,12 @@ class Spout:
     def fail(self, msg_id: Any) -> None:
         pass
 
+    def activate(self) -> None:
+        """The topology (re)starts calling ``next_tuple`` after a deactivation."""
+
+    def deactivate(self) -> None:
+        """``next_tuple`` will not be called until ``activate``; acks and fails still arrive."""
+
     def close(self) -> None:
         pass
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields
 from squall.model.groupings import Grouping
 
@@ -59,6 +60,20 @@ class Topology:
             raise KeyError(f"no such component(s): {sorted(unknown)}")
         comps = {cid: replace(c, obj=objects.get(cid, c.obj)) for cid, c in self.components.items()}
         return Topology(comps, self.conf)
+
+    def with_parallelism(self, parallelism: Mapping[str, int]) -> Topology:
+        """The same topology with some components' parallelism changed, task ids assigned again as at build."""
+        for cid, n in parallelism.items():
+            if cid not in self.components:
+                raise InvalidTopologyError(f"cannot change the parallelism of {cid!r}: no such component")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise InvalidTopologyError(f"component {cid!r}: parallelism must be an int >= 1, got {n!r}")
+        comps, next_task = {}, 1
+        for cid in sorted(self.components):  # task ids by component id, as the builder assigns them
+            n = parallelism.get(cid, self.components[cid].parallelism)
+            comps[cid] = replace(self.components[cid], parallelism=n, tasks=tuple(range(next_task, next_task + n)))
+            next_task += n
+        return Topology({cid: comps[cid] for cid in self.components}, self.conf)
 
     @property
     def spouts(self) -> dict[str, ComponentSpec]:

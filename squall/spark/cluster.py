@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -159,6 +160,32 @@ class LocalCluster:
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
             run.close()
+
+    def rebalance(self, name: str, parallelism: dict[str, int], wait_secs: float | None = None) -> TopologyRun:
+        """Change components' parallelism, as ``storm rebalance -e`` does: the spouts are deactivated, the trees
+        in flight get up to ``wait_secs`` (the message timeout by default) to finish, and the topology starts
+        again with the new task layout. Stateful bolts take their state along (their keys dealt out again by
+        the fields grouping); a plain bolt's tasks start afresh."""
+        run = self.runs.get(name)
+        if not isinstance(run, TopologyRun):
+            raise SquallError(f"no topology named {name!r} that can be rebalanced is running")
+        topology = run.topology.with_parallelism(parallelism)
+        wait = run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS] if wait_secs is None else wait_secs
+        with self._lock:
+            run.spout_host.set_active(False)
+        self._drain(run, wait)
+        conf, capture = dict(run.conf), run.capture
+        self.kill_topology(name)
+        with self._lock:
+            if capture:
+                return self._start(name, conf, topology, capture=True)
+        return self.submit_topology(name, conf, topology)
+
+    def _drain(self, run: TopologyRun, seconds: float) -> None:
+        """Until no tree is pending and no state waits for a checkpoint, or ``seconds`` pass."""
+        deadline = time.monotonic() + seconds
+        while (run.stats.pending or run.state_waiting) and time.monotonic() < deadline and run.failure is None:
+            time.sleep(0.01)
 
     def stats(self, name: str) -> RunStats:
         return self.runs[name].stats

@@ -214,6 +214,11 @@ class TopologyRun:
             self.last_activity = self.clock.now()
         return WaveInfo(emits, delivered, completed)
 
+    @property
+    def state_waiting(self) -> bool:
+        """Stateful bolts' changes or acks wait for a checkpoint."""
+        return self.state_checkpoints is not None and self.state_checkpoints.waiting
+
     def idle_for(self) -> float:
         """Seconds since a spout last emitted or a tree was pending (ticks do not count)."""
         return 0.0 if len(self.pending) else self.clock.now() - self.last_activity

@@ -125,7 +125,9 @@ class Hub:
             self._server.close()
             for writer in self._writers.values():
                 writer.close()
-            self._loop.stop()
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()  # each connection's task ends before the loop stops
+            self._loop.call_soon(self._loop.stop)
 
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(stop)

@@ -109,6 +109,7 @@ class SpoutHost:
         self._captured = captured  # default-stream emits, when testing asks for them
         self._immediate_acks: list[tuple[int, Any]] = []
         self.emits = 0
+        self.active = True  # deactivated, the spouts are not asked for tuples
         self.tasks = [
             SpoutTask(self, topology, conf, component, task)
             for component, spec in topology.spouts.items()
@@ -139,7 +140,7 @@ class SpoutHost:
         or when a call emits nothing; returns the emits."""
         before = self.emits
         per_task = self.trees.per_task if self.trees is not None else None
-        for s in self.tasks:
+        for s in self.tasks if self.active else ():
             for _ in range(calls_per_task):
                 if per_task is not None and self._max_pending is not None and per_task[s.task] >= self._max_pending:
                     break
@@ -189,6 +190,20 @@ class SpoutHost:
         except Exception:
             self.stats.of(spout.component).errors += 1
             log.exception("spout %s task %d raised in %s(%r)", spout.component, spout.task, method, msg_id)
+
+    def set_active(self, active: bool) -> None:
+        """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples, telling each."""
+        if active != self.active:
+            self.active = active
+            for s in self.tasks:
+                self._call_hook(s, "activate" if active else "deactivate")
+
+    def _call_hook(self, spout: SpoutTask, method: str) -> None:
+        try:
+            getattr(spout.spout, method, lambda: None)()
+        except Exception:
+            self.stats.of(spout.component).errors += 1
+            log.exception("spout %s task %d raised in %s()", spout.component, spout.task, method)
 
     def close(self) -> None:
         for s in self.tasks:
