@@ -24,6 +24,7 @@ import contextvars
 import io
 import logging
 import pickle
+import time
 from typing import Any
 
 from pyspark import cloudpickle
@@ -139,12 +140,14 @@ class BoltTask:
         A stateful bolt's snapshot is what its state changed since the last one.
         """
         if self.state is not None:
+            started = time.perf_counter()
             try:
                 delta = self.state.take_changes()
-                self.collector.status.state_changes = len(delta)
                 blob = dump_delta(self.component, delta)
             except Exception as exc:
                 raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
+            self.collector.status.state_changes = len(delta)
+            self.collector.status.state_seconds = time.perf_counter() - started
             self.version = version
             return Snapshot(version, blob, delta=True)
         own = {id(obj): tag for tag, obj in self._own().items()}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -245,9 +246,11 @@ class TopologyRun:
             if self.trees is not None and len(wave.acks):
                 self.spout_host.settle(self.trees.merge_acks(wave.acks))
             if self.state_checkpoints is not None:
+                started = time.perf_counter()
                 released = self.state_checkpoints.completed(
                     wave.checkpoint, wave.state_deltas, wave.held_acks, self.scheduler.states
                 )
+                self.stats.state_seconds += time.perf_counter() - started + wave.state_apply_seconds
                 if released is not None and self.trees is not None and len(released):
                     self.spout_host.settle(self.trees.merge_acks(released))
         return len(waves)

@@ -82,6 +82,7 @@ class CompletedWave:
     acks: AckBatch  # of stateless tasks
     held_acks: AckBatch  # of stateful tasks: held until a checkpoint holds their state
     state_deltas: dict[int, StateDelta]  # what each stateful task's state changed
+    state_apply_seconds: float  # the time applying them to the tasks' whole states took
     checkpoint: int | None
     status: dict[tuple[str, int], TaskStatus]
     captured: dict[tuple[str, int], list[tuple]]
@@ -343,13 +344,15 @@ class WaveScheduler:
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
-        status, captured, acks, held, deltas = {}, {}, [], [], {}
+        status, captured, acks, held, deltas, applying = {}, {}, [], [], {}, 0.0
         for task, report in flight.reports.items():
             if report.snapshot is not None and report.snapshot.delta:
+                started = time.perf_counter()
                 _, state = self.states.get(task, (0, {}))
                 delta = deltas[task] = pickle.loads(report.snapshot.blob)
                 delta.apply(state)
                 self.states[task] = (report.snapshot.version, state)
+                applying += time.perf_counter() - started
             elif report.snapshot is not None:
                 self.snapshots[task] = report.snapshot
             status[(report.component, task)] = report.status
@@ -370,6 +373,7 @@ class WaveScheduler:
             AckBatch.combine(acks),
             AckBatch.combine(held),
             deltas,
+            applying,
             flight.checkpoint,
             status,
             captured,

@@ -29,6 +29,7 @@ class ComponentStats:
     errors: int = 0
     malformed: int = 0  # spout messages set aside as malformed, never emitted
     state_changes: int = 0  # a stateful bolt's keys put or deleted, each saved once per wave
+    state_seconds: float = 0.0  # its tasks' time saving them
     latencies: HdrHistogram = field(default_factory=latency_histogram, repr=False)  # microseconds
 
     def add(self, status) -> None:
@@ -40,6 +41,7 @@ class ComponentStats:
         self.errors += len(status.errors)
         self.malformed += status.malformed
         self.state_changes += status.state_changes
+        self.state_seconds += status.state_seconds
 
     def record_latencies(self, seconds: list[float]) -> None:
         """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which
@@ -69,6 +71,7 @@ class RunStats:
     failed_waves: int = 0  # transactional batches whose try failed
     restarts: int = 0  # times the workers restarted from the last completed wave, after one was lost
     pending: int = 0
+    state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
 
     def of(self, component: str) -> ComponentStats:
         stats = self.components.get(component)
