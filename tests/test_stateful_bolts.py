@@ -401,3 +401,48 @@ def test_rebalance_names_what_it_cannot_change(cluster):
         cluster.rebalance("fixed", {"nope": 2})
     with pytest.raises(InvalidTopologyError, match="component 'count': parallelism must be an int >= 1, got 0"):
         cluster.rebalance("fixed", {"count": 0})
+
+
+@pytest.mark.parametrize("provider", ["file", "redis"])
+def test_tasks_numbered_anew_keep_their_state_when_their_bolts_parallelism_stays(spark, tmp_path, provider):
+    """Another bolt's parallelism changed, and with it the task ids of a shuffle-grouped stateful bolt: each of
+    its tasks keeps the state it had, by position, and later checkpoints build on it."""
+    from servers import RedisServer
+
+    from squall.state.providers import RedisStateProvider
+
+    conf = {"squall.checkpoint.dir": str(tmp_path)}
+    server = None
+    if provider == "redis":
+        (tmp_path / "redis").mkdir()
+        server = RedisServer(tmp_path / "redis")
+        conf.update({"topology.state.provider": "redis", "squall.redis.url": server.url})
+
+    def build(feeder, upstream):
+        b = TopologyBuilder()
+        b.set_spout("s", feeder)
+        b.set_bolt("a_first", Passthrough(), upstream).shuffle_grouping("s")  # its tasks are numbered first
+        b.set_bolt("count", StatefulCount(), 2).shuffle_grouping("a_first")
+        return b.build()
+
+    if server is None:
+        saved = FileStateProvider(str(tmp_path / "renumbered" / "state"))
+    else:
+        saved = RedisStateProvider(server.url, "renumbered", str(tmp_path / "renumbered" / "state.key"))
+    for upstream, word in ((1, "x"), (3, "y")):  # the second run counts only y: x must come through untouched
+        with TestCluster() as cluster:
+            feeder = FeederSpout(["word"])
+            run = cluster.submit_topology("renumbered", conf, build(feeder, upstream))
+            for _ in range(10):
+                feeder.feed([word])
+            cluster.advance_time(1)
+            assert len(feeder.acked) == 10
+        restored = saved.load()
+        tasks = list(run.topology.task_ids("count"))
+        assert restored.layout["count"] == tasks
+        totals = Counter()
+        for task in tasks:
+            totals.update(restored.states[task])
+        assert totals == ({"x": 10} if word == "x" else {"x": 10, "y": 10})
+    if server is not None:
+        server.stop()

@@ -110,6 +110,7 @@ class SpoutHost:
         self._immediate_acks: list[tuple[int, Any]] = []
         self.emits = 0
         self.active = True  # deactivated, the spouts are not asked for tuples
+        self._wanted_active = True  # as asked from any thread; applied on the run's own thread
         self.tasks = [
             SpoutTask(self, topology, conf, component, task)
             for component, spec in topology.spouts.items()
@@ -139,6 +140,10 @@ class SpoutHost:
         """Up to ``calls_per_task`` ``next_tuple`` calls per spout task, each task stopping at its pending budget
         or when a call emits nothing; returns the emits."""
         before = self.emits
+        if self._wanted_active != self.active:
+            self.active = self._wanted_active
+            for s in self.tasks:
+                self._call_hook(s, "activate" if self.active else "deactivate")
         per_task = self.trees.per_task if self.trees is not None else None
         for s in self.tasks if self.active else ():
             for _ in range(calls_per_task):
@@ -192,11 +197,9 @@ class SpoutHost:
             log.exception("spout %s task %d raised in %s(%r)", spout.component, spout.task, method, msg_id)
 
     def set_active(self, active: bool) -> None:
-        """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples, telling each."""
-        if active != self.active:
-            self.active = active
-            for s in self.tasks:
-                self._call_hook(s, "activate" if active else "deactivate")
+        """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples. Each spout is told
+        on the run's own thread, before its next call."""
+        self._wanted_active = active
 
     def _call_hook(self, spout: SpoutTask, method: str) -> None:
         try:

@@ -60,9 +60,14 @@ class StateCheckpoints:
         """Each stateful task's state as of the last complete checkpoint."""
         restored = self.provider.load()
         self.checkpoint = restored.checkpoint
-        if restored.checkpoint:
-            log.info("restoring stateful bolts from checkpoint %d in %s", restored.checkpoint, self.provider.directory)
-        return self._dealt_out(restored)
+        if not restored.checkpoint:
+            return {}
+        log.info("restoring stateful bolts from checkpoint %d in %s", restored.checkpoint, self.provider.directory)
+        states = self._dealt_out(restored)
+        if any(restored.layout.get(c) != tasks for c, tasks in self.layout.items()):
+            # Tasks numbered anew or keys dealt out again: later checkpoints' changes need a base in this layout.
+            self.provider.compact(restored.checkpoint, self.layout, {t: states.get(t, {}) for t in self.tasks})
+        return states
 
     def _dealt_out(self, restored: Restored) -> dict[int, dict[Any, Any]]:
         states: dict[int, dict[Any, Any]] = {}
@@ -70,8 +75,8 @@ class StateCheckpoints:
             saved = restored.layout.get(component)
             if saved is None:
                 continue
-            if saved == tasks:
-                states.update({t: restored.states.get(t, {}) for t in tasks})
+            if len(saved) == len(tasks):  # the same tasks, perhaps numbered anew: each keeps its keys
+                states.update({new: restored.states.get(old, {}) for old, new in zip(saved, tasks, strict=True)})
                 continue
             field = self._grouping_field(component, len(saved), len(tasks))
             for task in tasks:
@@ -151,7 +156,7 @@ class StateCheckpoints:
         except Exception:  # the store is away: the changes and the acks wait for the next checkpoint
             log.exception("checkpoint %d could not be written to %s; trying again", checkpoint, self.provider.directory)
             return None
-        if checkpoint % COMPACT_EVERY == 0:
+        if checkpoint % COMPACT_EVERY == 0 and isinstance(self.provider, FileStateProvider):
             self.provider.compact(checkpoint, self.layout, {t: states.get(t, (0, {}))[1] for t in self.tasks})
         self.checkpoint = checkpoint
         self._changed.clear()

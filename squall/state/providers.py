@@ -149,7 +149,18 @@ class RedisStateProvider:
         pipe.execute()
 
     def compact(self, checkpoint: int, layout: dict[str, list[int]], states: dict[int, dict[Any, Any]]) -> None:
-        """Nothing to do: each task's hash is its whole state already."""
+        """Every task's whole state, replacing what is stored; only needed when the tasks changed, since each
+        task's hash is its whole state already."""
+        pipe = self._redis.pipeline(transaction=True)
+        for name in self._redis.scan_iter(f"{self.prefix}:task:*"):
+            pipe.delete(name)
+        for task, state in states.items():
+            if state:
+                signed = {self._sign(k): self._sign(v) for k, v in state.items()}
+                pipe.hset(f"{self.prefix}:task:{task}", mapping=signed)
+        pipe.set(f"{self.prefix}:layout", json.dumps(layout))
+        pipe.set(f"{self.prefix}:checkpoint", checkpoint)
+        pipe.execute()
 
     def load(self) -> Restored:
         checkpoint = self._redis.get(f"{self.prefix}:checkpoint")
