@@ -159,11 +159,11 @@ def run_file(
     if spark_pairs:
         conf[cfg.SQUALL_SPARK_CONF] = {**conf.get(cfg.SQUALL_SPARK_CONF, {}), **parse_spark_pairs(spark_pairs)}
     topology = topology_of(module, conf)
-    declared = getattr(topology, "topology", topology).conf  # a transactional topology wraps its graph
+    graph = getattr(topology, "topology", topology)  # a transactional topology wraps its graph
+    declared = graph.conf
     if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:  # after build_topology, which may choose one
         # The durable default, so that a restarted ``squall run`` resumes (LocalCluster would own a temporary one).
         conf.setdefault(cfg.SQUALL_TRANSACTIONAL_STORE, cfg.DEFAULTS[cfg.SQUALL_TRANSACTIONAL_STORE])
-    graph = getattr(topology, "topology", topology)
     stateful = any(isinstance(spec.obj, StatefulBolt) for spec in graph.bolts.values())
     if stateful and cfg.SQUALL_CHECKPOINT_DIR not in {**declared, **conf}:  # so that a restart resumes their state
         conf[cfg.SQUALL_CHECKPOINT_DIR] = os.path.abspath(DEFAULT_CHECKPOINT_DIR)

@@ -101,10 +101,6 @@ class KeyValueState:
         self._changed = set()
         return delta
 
-    def snapshot(self) -> dict[Any, Any]:
-        """Every key and value, as a new dict."""
-        return dict(self._data)
-
 
 def dump_delta(component: str, delta: StateDelta) -> bytes:
     """``delta`` pickled; a key or value that cannot be pickled raises ``UnpicklableState`` naming it."""

@@ -31,10 +31,6 @@ class RotatingMap(Generic[K, V]):
                 bucket.pop(key, None)
         newest[key] = value
 
-    def put_new(self, key: K, value: V) -> None:
-        """``put`` for a key known to be in no bucket (a fresh random id): no other bucket is searched."""
-        self._buckets[0][key] = value
-
     def get(self, key: K, default: V | None = None) -> V | None:
         for bucket in self._buckets:
             if key in bucket:

@@ -107,9 +107,8 @@ class TopologyRun:
             name,
             self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
             self.state_checkpoints.tasks if self.state_checkpoints is not None else frozenset(),
+            restored,
         )
-        for task, state in restored.items():
-            self.scheduler.states[task] = (0, state)
         self.spout_host = SpoutHost(
             topology,
             self.conf,

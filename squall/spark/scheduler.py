@@ -121,6 +121,7 @@ class WaveScheduler:
         name: str,
         checkpoint_interval: int,
         stateful_tasks: frozenset[int] = frozenset(),
+        restored: dict[int, dict] | None = None,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
@@ -131,7 +132,8 @@ class WaveScheduler:
         index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
         self.placement = {t: index[t] % workers for t in self.tasks} if workers else {}
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
-        self.states: dict[int, tuple[int, dict]] = {}  # stateful task -> (version, its whole state), as of ``applied``
+        # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
+        self.states: dict[int, tuple[int, dict]] = {task: (0, state) for task, state in (restored or {}).items()}
         self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed

@@ -142,8 +142,10 @@ class SpoutHost:
         before = self.emits
         if self._wanted_active != self.active:
             self.active = self._wanted_active
+            hook = "activate" if self.active else "deactivate"
             for s in self.tasks:
-                self._call_hook(s, "activate" if self.active else "deactivate")
+                if hasattr(s.spout, hook):  # optional: a spout need only have next_tuple
+                    self._call(s, hook)
         per_task = self.trees.per_task if self.trees is not None else None
         for s in self.tasks if self.active else ():
             for _ in range(calls_per_task):
@@ -189,24 +191,19 @@ class SpoutHost:
                 stats.timed_out += timed_out
                 self._call(spout, "fail", msg_id)
 
-    def _call(self, spout: SpoutTask, method: str, msg_id: Any) -> None:
+    def _call(self, spout: SpoutTask, method: str, *args: Any) -> None:
+        """``method(*args)`` on the spout; what it raises is counted and logged, and the topology goes on."""
         try:
-            getattr(spout.spout, method)(msg_id)
+            getattr(spout.spout, method)(*args)
         except Exception:
             self.stats.of(spout.component).errors += 1
-            log.exception("spout %s task %d raised in %s(%r)", spout.component, spout.task, method, msg_id)
+            shown = ", ".join(map(repr, args))
+            log.exception("spout %s task %d raised in %s(%s)", spout.component, spout.task, method, shown)
 
     def set_active(self, active: bool) -> None:
         """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples. Each spout is told
         on the run's own thread, before its next call."""
         self._wanted_active = active
-
-    def _call_hook(self, spout: SpoutTask, method: str) -> None:
-        try:
-            getattr(spout.spout, method, lambda: None)()
-        except Exception:
-            self.stats.of(spout.component).errors += 1
-            log.exception("spout %s task %d raised in %s()", spout.component, spout.task, method)
 
     def close(self) -> None:
         for s in self.tasks:
