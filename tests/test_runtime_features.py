@@ -1,6 +1,7 @@
 """Groupings, streams, ticks, BasicBolt, errors and task state, on Spark local mode."""
 
 import logging
+import time
 from collections import Counter
 
 import pytest
@@ -18,7 +19,7 @@ from components import (
     WordCount,
 )
 
-from squall import Spout, TopologyBuilder
+from squall import Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.model.hashing import stable_hash
 from squall.spark import EmitError, SerializationError
 from squall.testing import FeederSpout, complete_topology
@@ -219,3 +220,66 @@ def test_a_bolt_reading_two_streams_of_one_bolt_gets_each_tuple_once(cluster):
         [("even", (0,)), ("even", (2,)), ("even", (4,)), ("odd", (1, 0)), ("odd", (3, 1)), ("odd", (5, 2))]
     )
     assert feeder.acked == set(range(6)) and feeder.failed == set()
+
+
+class IdleWatchingSpout(Spout):
+    """Emits what it is fed, with msg ids; in each ``ack`` it records how idle its run says it is, as
+    ``squall run``'s idle check, on another thread, could see it at that instant."""
+
+    outputs = ("word",)
+
+    def __init__(self) -> None:
+        self.fed, self.run, self.idle_at_ack = [], None, []
+
+    def __deepcopy__(self, memo):  # the test holds the object the topology runs
+        return self
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.fed:
+            word = self.fed.pop(0)
+            self.collector.emit([word], msg_id=word)
+
+    def ack(self, msg_id):
+        self.idle_at_ack.append((msg_id, self.run.idle_for()))
+
+
+class SlowFlush(Bolt):
+    """Holds every tuple; on each tick takes 2 s to store what it holds (a slow database), then acks it all."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.held = collector, []
+
+    def execute(self, tup):
+        if not tup.is_tick:
+            self.held.append(tup)
+            return
+        if self.held:
+            time.sleep(2)
+        for held in self.held:
+            self.collector.ack(held)
+        self.held = []
+
+
+def test_a_tree_settled_after_a_long_wave_does_not_count_as_idle_time(spark):
+    """``squall run --idle-secs`` asks ``idle_for`` from its own thread. A wave that ran long and settled every
+    pending tree must not look like idle time the instant its acks are delivered: idleness counts from the end
+    of the step that left nothing pending."""
+    spout = IdleWatchingSpout()
+    b = TopologyBuilder()
+    b.set_spout("s", spout)
+    b.set_bolt("store", SlowFlush(), 1).shuffle_grouping("s").add_configuration("topology.tick.tuple.freq.secs", 1)
+    with LocalCluster() as cluster:
+        run = spout.run = cluster.submit_topology("slow-flush", {}, b.build())
+        spout.fed.append("held")
+        deadline = time.monotonic() + 120
+        while not spout.idle_at_ack and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert spout.idle_at_ack == [("held", 0.0)]
+        while run.idle_for() == 0 and time.monotonic() < deadline:  # and then the topology does go idle
+            time.sleep(0.01)
+        assert run.idle_for() > 0 and len(run.pending) == 0

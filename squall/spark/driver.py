@@ -84,7 +84,7 @@ class TopologyRun:
         self.timeout: float = self.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         self.timeouts = self.conf[cfg.TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS]
         self.started_at = clock.now()
-        self.last_activity = self.started_at
+        self._idle_since: float | None = self.started_at  # set, on the run's thread, when a step ends idle
         self.next_rotation = self.started_at + self.timeout
         self.wave = 0
         self._seed = IdGenerator().next_id()
@@ -211,7 +211,9 @@ class TopologyRun:
         self.stats.pending = len(self.pending)
         self.stats.restarts = self.scheduler.recoveries
         if emits or self.stats.pending:
-            self.last_activity = self.clock.now()
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = self.clock.now()
         return WaveInfo(emits, delivered, completed)
 
     @property
@@ -220,8 +222,11 @@ class TopologyRun:
         return self.state_checkpoints is not None and self.state_checkpoints.waiting
 
     def idle_for(self) -> float:
-        """Seconds since a spout last emitted or a tree was pending (ticks do not count)."""
-        return 0.0 if len(self.pending) else self.clock.now() - self.last_activity
+        """Seconds since a step ended with no spout emit and no tree pending (ticks do not count); safe to call
+        from any thread. A step that waited long (a worker being replaced) and then settled every tree starts
+        the count when it ends, not when the step before it did."""
+        since = self._idle_since
+        return 0.0 if since is None or len(self.pending) else self.clock.now() - since
 
     def _apply(self, waves: list[CompletedWave]) -> int:
         """Fold in completed waves, in wave order: counters, errors, captured emits, then acks."""
