@@ -43,7 +43,7 @@ def test_base_plus_deltas_is_the_map_at_every_wave(waves, base_at):
 
         folded = StateDelta()
         for delta in deltas:
-            folded = folded.then(delta)
+            folded.absorb(delta)
         restored = dict(base)
         folded.apply(restored)
         assert restored == model

@@ -106,11 +106,11 @@ class FieldsGrouping(Grouping):
 
             return pick
         (position,) = positions
-        known: dict[tuple[type, Any], int] = {}  # (type, value) -> target: 1, 1.0 and True hash apart
+        known: dict[Any, int] = {}  # str or (type, value) -> target: 1, 1.0 and True hash apart
 
         def pick_one(values: Sequence[Any]) -> int:
             value = values[position]
-            key = (type(value), value)
+            key = value if type(value) is str else (type(value), value)  # no other type equals a str
             try:
                 target = known.get(key)
             except TypeError:  # unhashable: hash it every time

@@ -37,12 +37,15 @@ class StateDelta:
             data.pop(key, None)
         data.update(self.puts)
 
-    def then(self, later: StateDelta) -> StateDelta:
-        """One delta equal to this one followed by ``later``."""
-        puts = {k: v for k, v in self.puts.items() if k not in later.puts and k not in set(later.deletes)}
-        puts.update(later.puts)
-        deletes = [k for k in dict.fromkeys([*self.deletes, *later.deletes]) if k not in later.puts]
-        return StateDelta(puts, deletes)
+    def absorb(self, later: StateDelta) -> None:
+        """Become this delta followed by ``later``, in place. ``apply`` deletes before it puts, so a key deleted
+        and then put again may stay among the deletes."""
+        if later.deletes:
+            puts = self.puts
+            for key in later.deletes:
+                puts.pop(key, None)
+            self.deletes = list(dict.fromkeys([*self.deletes, *later.deletes]))
+        self.puts.update(later.puts)
 
 
 class KeyValueState:
@@ -54,11 +57,14 @@ class KeyValueState:
     def __init__(self, component: str = "", data: dict[Any, Any] | None = None) -> None:
         self.component = component
         self._data: dict[Any, Any] = dict(data) if data else {}
-        self._changed: set[Any] = set()  # keys put or deleted since the last take_changes()
+        # Since the last take_changes(): keys put, with their values, and keys deleted (a key deleted and then
+        # put again is in both, and comes out put).
+        self._puts: dict[Any, Any] = {}
+        self._deletes: dict[Any, None] = {}
 
     def put(self, key: Any, value: Any) -> None:
         self._data[key] = value
-        self._changed.add(key)
+        self._puts[key] = value
 
     def get(self, key: Any, default: Any = None) -> Any:
         return self._data.get(key, default)
@@ -67,7 +73,8 @@ class KeyValueState:
         """Remove ``key``; a key that is not there is no error."""
         if key in self._data:
             del self._data[key]
-            self._changed.add(key)
+            self._puts.pop(key, None)
+            self._deletes[key] = None
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
@@ -82,24 +89,19 @@ class KeyValueState:
         return self._data.items()
 
     def __repr__(self) -> str:
-        return f"KeyValueState({self.component!r}, {len(self._data)} keys, {len(self._changed)} changed)"
+        return f"KeyValueState({self.component!r}, {len(self._data)} keys, {self.changed} changed)"
 
     # -- checkpoints ------------------------------------------------------------------
     @property
     def changed(self) -> int:
         """Keys put or deleted since the last ``take_changes``."""
-        return len(self._changed)
+        return len(self._puts) + sum(1 for key in self._deletes if key not in self._puts)
 
     def take_changes(self) -> StateDelta:
         """The changes since the last call, which start over."""
-        data, delta = self._data, StateDelta()
-        for key in self._changed:
-            if key in data:
-                delta.puts[key] = data[key]
-            else:
-                delta.deletes.append(key)
-        self._changed = set()
-        return delta
+        puts, deletes = self._puts, self._deletes
+        self._puts, self._deletes = {}, {}
+        return StateDelta(puts, [key for key in deletes if key not in puts])
 
 
 def dump_delta(component: str, delta: StateDelta) -> bytes:

@@ -52,7 +52,7 @@ class StateCheckpoints:
         self.next_due = now + interval
         self.checkpoint = 0  # the last one complete
         self.in_flight: int | None = None  # a checkpoint whose wave is running
-        self._changed: dict[int, set[Any]] = defaultdict(set)  # task -> keys changed since the last checkpoint
+        self._changes: dict[int, StateDelta] = defaultdict(StateDelta)  # task -> its changes since the last one
         self._held: list[AckBatch] = []  # stateful tasks' acks since the last checkpoint
 
     # -- start ------------------------------------------------------------------------
@@ -113,7 +113,7 @@ class StateCheckpoints:
     @property
     def waiting(self) -> bool:
         """State changes or acks wait for the next checkpoint."""
-        return bool(self._changed) or any(len(acks) for acks in self._held)
+        return bool(self._changes) or any(len(acks) for acks in self._held)
 
     def due(self, now: float) -> int | None:
         """The id of a checkpoint the next wave should carry, if one is due."""
@@ -134,31 +134,20 @@ class StateCheckpoints:
     ) -> AckBatch | None:
         """A wave completed; when it carried a checkpoint, write it and return the acks it released."""
         for task, delta in deltas.items():
-            changed = self._changed[task]
-            changed.update(delta.puts)
-            changed.update(delta.deletes)
+            self._changes[task].absorb(delta)
         if len(held):
             self._held.append(held)
         if checkpoint is None:
             return None
         self.in_flight = None
-        saved: dict[int, StateDelta] = {}
-        for task, keys in self._changed.items():
-            state = states.get(task, (0, {}))[1]
-            delta = saved[task] = StateDelta()
-            for key in keys:
-                if key in state:
-                    delta.puts[key] = state[key]
-                else:
-                    delta.deletes.append(key)
         try:
-            self.provider.save(checkpoint, self.layout, saved)
+            self.provider.save(checkpoint, self.layout, dict(self._changes))
         except Exception:  # the store is away: the changes and the acks wait for the next checkpoint
             log.exception("checkpoint %d could not be written to %s; trying again", checkpoint, self.provider.directory)
             return None
         if checkpoint % COMPACT_EVERY == 0 and isinstance(self.provider, FileStateProvider):
             self.provider.compact(checkpoint, self.layout, {t: states.get(t, (0, {}))[1] for t in self.tasks})
         self.checkpoint = checkpoint
-        self._changed.clear()
+        self._changes.clear()
         released, self._held = AckBatch.combine(self._held), []
         return released
