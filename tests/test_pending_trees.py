@@ -1,6 +1,7 @@
 """PendingTrees keeps trees in columns: every tree settles exactly once, as acked, failed or timed out, with the
 spout task and message id it started with, as a plain dict of pending trees would say."""
 
+import numpy as np
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -30,13 +31,17 @@ class PendingTreesMachine(RuleBasedStateMachine):
 
     @rule(copies=st.lists(st.integers(1, 3), min_size=1, max_size=6))
     def start_a_wave_of_trees(self, copies):
+        sent_roots, sent_edges = [], []  # every copy sent, as the spout host seals a wave's batches
         for n in copies:
             msg_id = self.next_msg_id
             self.next_msg_id += 1
-            root, edges = self.trees.start(msg_id % 3, msg_id, float(msg_id), n)
-            assert len(edges) == n and root not in self.pending
+            root = self.trees.start(msg_id % 3, msg_id, float(msg_id))
+            edges = self.trees.new_edges(n).tolist()
+            assert len(edges) == n and all(edges) and root not in self.pending
             self.pending[root] = {"msg_id": msg_id, "edges": edges, "stamp": self.epoch}
-        self._record(self.trees.merge_inits())
+            sent_roots += [root] * n
+            sent_edges += edges
+        self._record(self.trees.merge_inits(np.array(sent_roots, np.uint64), np.array(sent_edges, np.uint64)))
 
     def _acks(self, rows):
         return AckBatch.from_messages([r for r, _, _ in rows], [v for _, v, _ in rows], [k for _, _, k in rows])

@@ -198,9 +198,7 @@ class TopologyRun:
         self._fire_timers(now)
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         emits = self.spout_host.call(self.sizer.calls_per_spout_task())
-        if self.trees is not None:
-            self.spout_host.settle(self.trees.merge_inits())
-        inputs = self.spout_host.outbox.take()
+        inputs = self.spout_host.take_wave()
         delivered = sum(len(b.values) for batches in inputs.values() for b in batches)
         checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
         if delivered or checkpoint is not None:

@@ -3,7 +3,9 @@
 The host calls ``next_tuple`` on each spout task within its ``max.spout.pending``
 budget and the wave's size. An emit with a message id starts a tuple tree
 (``trees.PendingTrees.start``) and becomes one row per target task in the
-wave's ``DriverOutbox``, carrying the tree's root and the copy's edge id. When
+wave's ``DriverOutbox``, carrying the tree's root. When the wave is taken, each
+row gets its edge id, drawn all at once, and the new trees' init messages reach
+the ledger (``take_wave``). When
 trees settle, the host calls ``ack`` or ``fail`` on the exact spout task that
 emitted each one and records its complete latency.
 """
@@ -124,9 +126,9 @@ class SpoutHost:
         self._component_stats[component].emitted += 1
         batch_for = self.outbox.batch_for
         if msg_id is not None and self.trees is not None and targets:
-            root, edges = self.trees.start(task, msg_id, self._now(), len(targets))
-            for target, edge in zip(targets, edges, strict=True):
-                batch_for(target, component, task).add(stream, values, root, edge)
+            root = self.trees.start(task, msg_id, self._now())
+            for target in targets:  # each copy's edge is drawn when the wave is taken
+                batch_for(target, component, task).add(stream, values, root)
         else:
             if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
@@ -166,6 +168,33 @@ class SpoutHost:
             self.stats.of(spout.component).acked += 1
             self._call(spout, "ack", msg_id)
         return self.emits - before
+
+    def take_wave(self) -> dict[int, list[Batch]]:
+        """The driver's batches for the next wave, per target task. Each copy of a tracked spout tuple gets its
+        edge id here, all at once, and the trees started since the last wave reach the ledger (settling any
+        that can)."""
+        inputs = self.outbox.take()
+        if self.trees is None:
+            return inputs
+        roots, edges = [], []
+        for batches in inputs.values():
+            for batch in batches:
+                if not any(batch.roots):
+                    continue
+                batch_roots = np.array(batch.roots, dtype=np.uint64)
+                in_tree = batch_roots != 0
+                fresh = self.trees.new_edges(int(np.count_nonzero(in_tree)))
+                if len(fresh) == len(batch_roots):
+                    batch_edges = fresh
+                else:  # ticks and untracked tuples mixed in: they carry no edge
+                    batch_edges = np.zeros(len(batch_roots), dtype=np.uint64)
+                    batch_edges[in_tree] = fresh
+                batch.roots, batch.edges = batch_roots, batch_edges
+                roots.append(batch_roots[in_tree])
+                edges.append(fresh)
+        if roots:
+            self.settle(self.trees.merge_inits(np.concatenate(roots), np.concatenate(edges)))
+        return inputs
 
     def settle(self, settlement: Settlement) -> None:
         """``ack`` or ``fail`` on the spout task of each finished tree; complete latencies recorded per spout."""

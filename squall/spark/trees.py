@@ -100,7 +100,7 @@ class PendingTrees:
         self.per_task: dict[int, int] = defaultdict(int)  # spout task -> its trees pending
         ids = IdGenerator(np.random.SeedSequence().entropy)  # the driver never forks
         self._prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
-        self._next_edge = ids.seeded_source()
+        self._ids = ids
         self._pages: dict[int, _Page] = {}  # first sequence number -> page, oldest first
         self._firsts = np.empty(0, dtype=np.int64)  # the pages' first sequence numbers, for lookups
         self._epoch = 0
@@ -108,7 +108,6 @@ class PendingTrees:
         # Trees started since the last merge_inits, as columns.
         self._sequence = 1
         self._first_new = 1
-        self._inits: list[int] = []
         self._tasks: list[int] = []
         self._msg_ids: list[Any] = []
         self._times: list[float] = []
@@ -116,28 +115,20 @@ class PendingTrees:
     def __len__(self) -> int:
         return self._live + len(self._tasks)
 
-    def start(self, spout_task: int, msg_id: Any, emitted_at: float, copies: int) -> tuple[int, list[int]]:
-        """A new tree of ``copies`` spout tuple copies: its root, and the edge id each copy carries.
-
-        The init message, the XOR of the copies' edges, reaches the ledger with ``merge_inits``.
-        """
-        next_edge = self._next_edge
-        if copies == 1:
-            init = next_edge()
-            edges = [init]
-        else:
-            edges = [next_edge() for _ in range(copies)]
-            init = 0
-            for edge in edges:
-                init ^= edge
-        root = self._prefix + self._sequence
-        self._sequence += 1
-        self._inits.append(init)
+    def start(self, spout_task: int, msg_id: Any, emitted_at: float) -> int:
+        """A new tree; returns its root. Its init message, the XOR of its copies' edges, reaches the ledger with
+        ``merge_inits``."""
+        sequence = self._sequence
+        self._sequence = sequence + 1
         self._tasks.append(spout_task)
         self._msg_ids.append(msg_id)
         self._times.append(emitted_at)
         self.per_task[spout_task] += 1
-        return root, edges
+        return self._prefix + sequence
+
+    def new_edges(self, n: int) -> np.ndarray:
+        """``n`` fresh edge ids for copies of spout tuples, as a uint64 array."""
+        return self._ids.next_ids(n)
 
     def get(self, root: int) -> PendingTuple | None:
         """The pending tree ``root``, if it is."""
@@ -156,8 +147,10 @@ class PendingTrees:
             return None
         return PendingTuple(int(page.tasks[offset]), page.msg_ids[offset], float(page.emitted_at[offset]))
 
-    def merge_inits(self) -> Settlement:
-        """Record the trees started since the last call; they must reach the ledger before their wave's acks."""
+    def merge_inits(self, roots: np.ndarray, edges: np.ndarray) -> Settlement:
+        """Record the trees started since the last call, given every copy of their spout tuples sent: the
+        ``(root, edge)`` of each, whose edges XOR to each tree's init message. They must reach the ledger
+        before their wave's acks."""
         if not self._tasks:
             return Settlement()
         first, count = self._first_new, len(self._tasks)
@@ -165,12 +158,15 @@ class PendingTrees:
         self._pages[first] = page
         self._firsts = np.append(self._firsts, first)
         self._live += count
-        roots = np.uint64(self._prefix) + np.arange(first, first + count, dtype=np.uint64)
-        inits = np.array(self._inits, dtype=np.uint64)
+        start = np.uint64(self._prefix + first)
+        copies = AckBatch.reduce(roots, edges, np.zeros(len(roots), bool), np.zeros(len(roots), bool))
+        inits = np.zeros(count, dtype=np.uint64)
+        inits[(copies.roots - start).astype(np.int64)] = copies.xors
         self._first_new = self._sequence
-        self._inits, self._tasks, self._msg_ids, self._times = [], [], [], []
+        self._tasks, self._msg_ids, self._times = [], [], []
         settlement = Settlement()
-        self._settle(self.ledger.merge(roots, inits, init_tasks=page.tasks), settlement)
+        tree_roots = start + np.arange(count, dtype=np.uint64)
+        self._settle(self.ledger.merge(tree_roots, inits, init_tasks=page.tasks), settlement)
         return settlement
 
     def merge_acks(self, acks: AckBatch) -> Settlement:
