@@ -51,6 +51,31 @@ def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs) -> Non
 
 
 @main.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
+@click.option("--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="config for build_topology, repeatable")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="write here (default: stdout)")
+def visualize(path, fmt, conf_pairs, output) -> None:
+    """Write the graph of the topology a file declares, as Mermaid or Graphviz DOT."""
+    from squall.model.drawing import draw
+    from squall.model.errors import SquallError
+    from squall.runner import load_module, parse_conf_pairs, topology_of
+
+    try:
+        module = load_module(path)
+        topology = topology_of(module, {**getattr(module, "CONF", {}), **parse_conf_pairs(list(conf_pairs))})
+    except SquallError as exc:
+        click.echo(f"squall: {exc}", err=True)
+        sys.exit(1)
+    text = draw(getattr(topology, "topology", topology), fmt)  # a transactional topology wraps its graph
+    if output:
+        with open(output, "w") as out:
+            out.write(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
 @click.option("--sentence", default="the cow jumped over the moon", show_default=True)
 def demo(sentence: str) -> None:
     """Walk one sentence of the word-count topology through the groupings and the XOR acker, without Spark."""

@@ -32,6 +32,7 @@ from squall.spark.driver import TopologyRun
 from squall.spark.stats import RunStats
 
 DEFAULT_CHECKPOINT_DIR = ".squall-state/checkpoints"  # squall run's, under the working directory
+RATE_SECS = 1.0  # the live table's rates are over about this long
 
 
 def split_pairs(pairs: list[str], option: str) -> list[tuple[str, str]]:
@@ -91,50 +92,80 @@ def topology_of(module: ModuleType, conf: dict[str, Any]) -> Topology:
     return topology
 
 
-def stats_table(stats: RunStats, topology: Topology) -> Table:
-    table = Table("component", "kind", "emitted", "executed", "acked", "failed", "timed out", "malformed", "errors")
-    for cid, spec in topology.components.items():
-        c = stats.of(cid)
-        table.add_row(
-            cid,
-            spec.kind,
-            str(c.emitted),
-            str(c.executed) if spec.kind == "bolt" else "",
-            str(c.acked),
-            str(c.failed),
-            str(c.timed_out) if spec.kind == "spout" else "",
-            str(c.malformed) if spec.kind == "spout" else "",
-            str(c.errors),
+def compact(n: float) -> str:
+    """A count in at most 7 characters: 99999, 123.4k, 12.35M."""
+    if n < 100_000:
+        return f"{n:.0f}"
+    if n < 10_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1e6:.2f}M"
+
+
+class LiveTable:
+    """``squall run``'s live table, readable in an 80-column terminal: each component's counts and its rate
+    (spouts' emits, bolts' executes per second over the last second or so); the rest is in the caption, and the
+    web page has every figure."""
+
+    def __init__(self, stats: RunStats, topology: Topology, clock=time.monotonic) -> None:
+        self.stats, self.topology, self._clock = stats, topology, clock
+        self._last: tuple[float, dict[str, int]] | None = None  # when the rates were last taken, and the counts
+        self._rates: dict[str, float] = {}
+
+    def _moved(self, cid: str) -> int:
+        c = self.stats.of(cid)
+        return c.emitted if self.topology.components[cid].kind == "spout" else c.executed
+
+    def render(self) -> Table:
+        stats, now = self.stats, self._clock()
+        moved = {cid: self._moved(cid) for cid in self.topology.components}
+        if self._last is None:
+            self._last = (now, moved)
+        elif now - self._last[0] >= RATE_SECS:
+            before, seconds = self._last[1], now - self._last[0]
+            self._rates = {cid: (n - before.get(cid, 0)) / seconds for cid, n in moved.items()}
+            self._last = (now, moved)
+        rates = self._rates
+        width = max((len(cid) for cid in self.topology.components), default=9)
+        table = Table(box=None, padding=(0, 1))
+        table.add_column("component", no_wrap=True, min_width=min(width, 30), overflow="fold")
+        for header in ("emitted", "executed", "acked", "failed", "per sec"):
+            table.add_column(header, justify="right", no_wrap=True)
+        for cid, spec in self.topology.components.items():
+            c = stats.of(cid)
+            rate = rates.get(cid)
+            table.add_row(
+                cid,
+                compact(c.emitted),
+                compact(c.executed) if spec.kind == "bolt" else "-",
+                compact(c.acked),
+                compact(c.failed),
+                compact(rate) if rate is not None else "",
+            )
+        spouts = stats.spout_totals(list(self.topology.spouts))
+        errors = sum(stats.of(cid).errors for cid in self.topology.components)
+        table.caption = (
+            f"waves {stats.waves} · pending trees {stats.pending} · worker restarts {stats.restarts}\n"
+            f"timed out {spouts.timed_out} · malformed {spouts.malformed} · errors {errors}"
         )
-    table.caption = (
-        f"waves {stats.waves} (failed {stats.failed_waves}, worker restarts {stats.restarts})"
-        f" · pending trees {stats.pending}"
-    )
-    return table
+        table.caption_justify = "left"
+        return table
 
 
 def summary_table(run: TopologyRun) -> Table:
+    """What the spouts' tuples came to, one figure a line."""
     total = run.stats.spout_totals(list(run.topology.spouts))
     p50, p99 = total.latency_percentile(50), total.latency_percentile(99)
-    table = Table(
-        "tuples emitted",
-        "acked",
-        "failed",
-        "timed out",
-        "malformed",
-        "complete latency p50",
-        "p99",
-        title="summary (spout tuples)",
-    )
-    table.add_row(
-        str(total.emitted),
-        str(total.acked),
-        str(total.failed),
-        str(total.timed_out),
-        str(total.malformed),
-        f"{p50:.0f} ms" if p50 is not None else "-",
-        f"{p99:.0f} ms" if p99 is not None else "-",
-    )
+    table = Table("spout tuples", "", title="summary", box=None, padding=(0, 1))
+    for label, value in (
+        ("emitted", total.emitted),
+        ("acked", total.acked),
+        ("failed", total.failed),
+        ("timed out", total.timed_out),
+        ("malformed", total.malformed),
+    ):
+        table.add_row(label, str(value))
+    table.add_row("complete latency p50", f"{p50:.0f} ms" if p50 is not None else "-")
+    table.add_row("complete latency p99", f"{p99:.0f} ms" if p99 is not None else "-")
     return table
 
 
@@ -178,11 +209,12 @@ def run_file(
             run.on_commit.append(lambda attempt, tuples, captured: module.on_commit(attempt, tuples, captured, console))
         started = time.monotonic()
         model = run.topology  # the component graph, for either kind of topology
-        with Live(stats_table(run.stats, model), console=console, refresh_per_second=2) as live:
+        table = LiveTable(run.stats, model)
+        with Live(table.render(), console=console, refresh_per_second=2) as live:
             try:
                 while True:
                     time.sleep(0.25)
-                    live.update(stats_table(run.stats, model))
+                    live.update(table.render())
                     if duration is not None and time.monotonic() - started >= duration:
                         break
                     if idle_secs and run.idle_for() >= idle_secs:
@@ -192,7 +224,7 @@ def run_file(
             except KeyboardInterrupt:
                 console.print("interrupted")
             cluster.kill_topology(name)
-            live.update(stats_table(run.stats, model))
+            live.update(table.render())
         failure = cluster.failures.get(name)
     console.print()
     if failure is not None:
