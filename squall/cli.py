@@ -38,13 +38,35 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="stop once no tree is pending and nothing has moved for this long (0: run until interrupted)",
 )
-def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs) -> None:
-    """Run the topology a file declares, with progress and a closing summary."""
+@click.option("--ui-port", type=click.IntRange(0, 65535), help="the web UI's port (default 8080, or a free one)")
+@click.option("--ui-host", help="the web UI's address (default 127.0.0.1)")
+@click.option("--no-ui", is_flag=True, help="serve no web UI, REST API or /metrics")
+@click.option(
+    "--kill-wait",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="on Ctrl-C, seconds pending trees get to finish before they are failed back to their source",
+)
+def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs, ui_port, ui_host, no_ui, kill_wait) -> None:
+    """Run the topology a file declares, with progress, a web UI and a closing summary."""
     from squall.model.errors import SquallError
     from squall.runner import run_file
 
     try:
-        run_file(path, list(conf_pairs), master, name, duration, idle_secs, spark_pairs=list(spark_pairs))
+        run_file(
+            path,
+            list(conf_pairs),
+            master,
+            name,
+            duration,
+            idle_secs,
+            spark_pairs=list(spark_pairs),
+            ui_port=ui_port,
+            ui_host=ui_host,
+            ui=not no_ui,
+            kill_wait=kill_wait,
+        )
     except SquallError as exc:
         click.echo(f"squall: {exc}", err=True)
         sys.exit(1)
@@ -73,6 +95,88 @@ def visualize(path, fmt, conf_pairs, output) -> None:
             out.write(text)
     else:
         click.echo(text, nl=False)
+
+
+def _url_option(command):
+    return click.option(
+        "--url", default="http://127.0.0.1:8080", show_default=True, help="the web UI of a running squall run"
+    )(command)
+
+
+def _client(url: str):
+    from squall.ui.client import UIClient
+
+    return UIClient(url)
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"squall: {exc}", err=True)
+    sys.exit(1)
+
+
+@main.command(name="list")
+@_url_option
+def list_topologies(url: str) -> None:
+    """List the topologies a running squall run serves, with their status and key figures."""
+    from squall.model.errors import SquallError
+
+    try:
+        topologies = _client(url).topologies()
+    except SquallError as exc:
+        _fail(exc)
+    if not topologies:
+        click.echo("no topologies running")
+        return
+    click.echo(f"{'name':<24} {'status':<9} {'uptime':>9} {'waves':>9} {'pending':>9} {'restarts':>8}")
+    for t in topologies:
+        click.echo(
+            f"{t['name']:<24} {t['status']:<9} {t['uptimeSeconds']:>8.0f}s {t['waves']:>9}"
+            f" {t['pendingTrees']:>9} {t['workerRestarts']:>8}"
+        )
+
+
+@main.command()
+@click.argument("name")
+@click.option("--wait", "-w", type=float, default=30.0, show_default=True, help="seconds pending trees get to finish")
+@_url_option
+def kill(name: str, wait: float, url: str) -> None:
+    """Stop a topology as storm kill -w does: deactivate its spouts, let pending trees finish for up to WAIT
+    seconds, fail those left back to their source, and close it."""
+    from squall.model.errors import SquallError
+
+    try:
+        _client(url).control(name, "kill", wait)
+    except SquallError as exc:
+        _fail(exc)
+    click.echo(f"killed {name}")
+
+
+@main.command()
+@click.argument("name")
+@_url_option
+def deactivate(name: str, url: str) -> None:
+    """Pause a topology's spouts (Storm's deactivate)."""
+    from squall.model.errors import SquallError
+
+    try:
+        _client(url).control(name, "deactivate")
+    except SquallError as exc:
+        _fail(exc)
+    click.echo(f"deactivated {name}")
+
+
+@main.command()
+@click.argument("name")
+@_url_option
+def activate(name: str, url: str) -> None:
+    """Resume a topology's spouts (Storm's activate)."""
+    from squall.model.errors import SquallError
+
+    try:
+        _client(url).control(name, "activate")
+    except SquallError as exc:
+        _fail(exc)
+    click.echo(f"activated {name}")
 
 
 @main.command()

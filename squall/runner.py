@@ -33,6 +33,8 @@ from squall.spark.stats import RunStats
 
 DEFAULT_CHECKPOINT_DIR = ".squall-state/checkpoints"  # squall run's, under the working directory
 RATE_SECS = 1.0  # the live table's rates are over about this long
+DEFAULT_UI_PORT = 8080
+DEFAULT_KILL_WAIT_SECS = 5.0  # Ctrl-C's wait for pending trees
 
 
 def split_pairs(pairs: list[str], option: str) -> list[tuple[str, str]]:
@@ -178,8 +180,17 @@ def run_file(
     idle_secs: float,
     console: Console | None = None,
     spark_pairs: list[str] | None = None,
+    ui_port: int | None = None,
+    ui_host: str | None = None,
+    ui: bool = True,
+    kill_wait: float = DEFAULT_KILL_WAIT_SECS,
 ) -> TopologyRun:
-    """Run the topology of ``path`` until idle, ``duration`` or Ctrl-C; raises ``TopologyFailed`` if it was stopped."""
+    """Run the topology of ``path`` until idle, ``duration``, ``squall kill`` or Ctrl-C; raises ``TopologyFailed``
+    if a failure stopped it.
+
+    The web UI, REST API and /metrics are served on ``ui_host:ui_port`` (127.0.0.1:8080, or a free port when
+    8080 is taken and no port was asked for) unless ``ui`` is false. Ctrl-C stops the topology as ``squall kill``
+    does, waiting up to ``kill_wait`` seconds for pending trees."""
     from squall.spark.cluster import LocalCluster
 
     console = console or Console()
@@ -200,8 +211,19 @@ def run_file(
         conf[cfg.SQUALL_CHECKPOINT_DIR] = os.path.abspath(DEFAULT_CHECKPOINT_DIR)
     name = name or getattr(module, "NAME", Path(path).stem)
     squall_conf = {k: v for k, v in conf.items() if k.startswith("squall.")}
-    with LocalCluster(squall_conf) as cluster:
+    fallback = False
+    if not ui:
+        squall_conf[cfg.SQUALL_UI_PORT] = None
+    elif ui_port is not None:
+        squall_conf[cfg.SQUALL_UI_PORT] = ui_port
+    elif squall_conf.get(cfg.SQUALL_UI_PORT) is None:
+        squall_conf[cfg.SQUALL_UI_PORT], fallback = DEFAULT_UI_PORT, True  # no port asked for: any will do
+    if ui and ui_host is not None:
+        squall_conf[cfg.SQUALL_UI_HOST] = ui_host
+    with LocalCluster(squall_conf, ui_fallback=fallback) as cluster:
         console.print(f"[bold]squall[/bold] running {name!r} on Spark {cluster.sc.version} ({cluster.sc.master})")
+        if cluster.ui is not None:
+            console.print(f"web UI at {cluster.ui.url}", highlight=False)
         if cluster.conf[cfg.SQUALL_SPARK_UI] and cluster.sc.uiWebUrl:
             console.print(f"Spark UI at {cluster.sc.uiWebUrl}")
         run = cluster.submit_topology(name, conf, topology)
@@ -221,9 +243,14 @@ def run_file(
                         break
                     if name in cluster.failures:
                         break
+                    if name not in cluster.runs:  # squall kill
+                        break
+                stop_wait = None
             except KeyboardInterrupt:
-                console.print("interrupted")
-            cluster.kill_topology(name)
+                console.print(f"interrupted: stopping, pending trees get up to {kill_wait:g}s")
+                stop_wait = kill_wait
+            if name in cluster.runs:
+                cluster.kill_topology(name, stop_wait)
             live.update(table.render())
         failure = cluster.failures.get(name)
     console.print()

@@ -34,6 +34,8 @@ SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves b
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
+SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
+SQUALL_UI_HOST = "squall.ui.host"
 SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"
 # Connection URLs that connectors use when they are not given one
 SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
@@ -60,6 +62,8 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
+    SQUALL_UI_PORT: None,
+    SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
     SQUALL_REDIS_URL: None,
     SQUALL_AMQP_URL: None,
@@ -122,6 +126,10 @@ def _url(*schemes: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _port(v: Any) -> str | None:
+    return None if _is_int(v) and 0 <= v <= 65535 else "a port number, 0 to 65535 (0: any free port)"
+
+
 def _path_or_url(v: Any) -> str | None:
     return None if isinstance(v, os.PathLike) or (isinstance(v, str) and v) else "a path or a URL (file:, hdfs:, s3a:)"
 
@@ -162,6 +170,8 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
+    SQUALL_UI_PORT: _optional(_port),
+    SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,
     SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),
     SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),

@@ -42,7 +42,9 @@ class LocalCluster:
     Use it as a context manager, or call ``shutdown()``.
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, conf: dict[str, Any] | None = None, clock: Clock | None = None, ui_fallback: bool = False
+    ) -> None:
         self._declared: Mapping[str, Any] = dict(conf or {})
         self.conf = cfg.resolve_config(conf)
         self.clock = clock or RealClock()
@@ -58,9 +60,14 @@ class LocalCluster:
             settings=self.conf[cfg.SQUALL_SPARK_CONF],
             ui=self.conf[cfg.SQUALL_SPARK_UI],
         )
+        self.ui = None  # the web UI, REST API and /metrics, when squall.ui.port is set (squall.ui.server)
         try:
             check_executors(self.sc)
             self._set_checkpoint_dir()
+            if self.conf[cfg.SQUALL_UI_PORT] is not None:
+                from squall.ui.server import UIServer
+
+                self.ui = UIServer(self, self.conf[cfg.SQUALL_UI_HOST], self.conf[cfg.SQUALL_UI_PORT], ui_fallback)
         except BaseException:
             self.shutdown()
             raise
@@ -150,7 +157,18 @@ class LocalCluster:
             if info is None or info.idle:
                 stop.wait(sleep)
 
-    def kill_topology(self, name: str) -> None:
+    def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
+        """Stop a topology. With ``wait_secs``, as ``storm kill -w``: the spouts are deactivated, the pending
+        trees get up to ``wait_secs`` to finish, and those still pending are then failed back to their spouts
+        (a reliable source takes them back) before the topology closes."""
+        run = self.runs.get(name)
+        if run is None:
+            raise SquallError(f"no topology named {name!r} is running")
+        if wait_secs is not None and isinstance(run, TopologyRun):
+            with self._lock:
+                run.spout_host.set_active(False)
+            if wait_secs > 0:
+                self._drain(run, wait_secs)
         thread, stop = self._threads.pop(name, (None, None))
         if stop is not None:
             stop.set()
@@ -159,7 +177,20 @@ class LocalCluster:
             run = self.runs.pop(name, None)
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
+            if wait_secs is not None and isinstance(run, TopologyRun) and run.failure is None:
+                failed = run.fail_pending()
+                if failed:
+                    log.info("topology %s: %d tree(s) still pending after %ss, failed back", name, failed, wait_secs)
             run.close()
+
+    def set_active(self, name: str, active: bool) -> None:
+        """Storm's ``activate``/``deactivate``: resume or pause the topology's spouts."""
+        run = self.runs.get(name)
+        if run is None:
+            raise SquallError(f"no topology named {name!r} is running")
+        if not isinstance(run, TopologyRun):
+            raise SquallError(f"topology {name!r} is transactional: its spouts cannot be deactivated")
+        run.spout_host.set_active(active)
 
     def rebalance(self, name: str, parallelism: dict[str, int], wait_secs: float | None = None) -> TopologyRun:
         """Change components' parallelism, as ``storm rebalance -e`` does: the spouts are deactivated, the trees
@@ -191,6 +222,9 @@ class LocalCluster:
         return self.runs[name].stats
 
     def shutdown(self) -> None:
+        if getattr(self, "ui", None) is not None:
+            self.ui.close()
+            self.ui = None
         try:
             for name in list(self.runs):
                 try:

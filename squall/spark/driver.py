@@ -231,8 +231,9 @@ class TopologyRun:
         for wave in waves:
             self.stats.waves += 1
             self.sizer.completed(wave.wave, wave.seconds)
-            for (component, _task), status in wave.status.items():
+            for (component, task), status in wave.status.items():
                 self.stats.of(component).add(status)
+                self.stats.of_task(component, task).add(status)
                 if status.unpicklable and component not in self._warned_unpicklable:
                     self._warned_unpicklable.add(component)
                     log.warning(
@@ -243,6 +244,7 @@ class TopologyRun:
                     )
                 for text in status.errors:
                     log.error("bolt error in topology %s: %s", self.name, text)
+                    self.stats.record_error(component, task, text)
             for (component, _task), values in sorted(wave.captured.items()):
                 self.captured[component].extend(values)
             if self.trees is not None and len(wave.acks):
@@ -256,6 +258,16 @@ class TopologyRun:
                 if released is not None and self.trees is not None and len(released):
                     self.spout_host.settle(self.trees.merge_acks(released))
         return len(waves)
+
+    def fail_pending(self) -> int:
+        """Fail every pending tree back to its spout (``fail(msg_id)``), as a topology stopping cleanly does
+        with what did not finish in time; returns how many."""
+        if self.trees is None:
+            return 0
+        settlement = self.trees.fail_all()
+        self.spout_host.settle(settlement)
+        self.stats.pending = len(self.pending)
+        return len(settlement)
 
     def close(self) -> None:
         self.spout_host.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import traceback
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -73,10 +74,13 @@ class SpoutOutputCollector:
 
     def report_error(self, error: BaseException) -> None:
         log.error("spout %s task %d reported an error", self._component, self._task, exc_info=error)
+        text = "".join(traceback.format_exception(error))
+        self._host.stats.record_error(self._component, self._task, f"{self._component} task {self._task}: {text}")
 
     def report_malformed(self, what: str) -> None:
         """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
         self._host.stats.of(self._component).malformed += 1
+        self._host.stats.of_task(self._component, self._task).malformed += 1
         log.error("spout %s task %d: malformed message set aside: %s", self._component, self._task, what)
 
 
@@ -120,10 +124,12 @@ class SpoutHost:
         ]
         self._by_task = {s.task: s for s in self.tasks}
         self._component_stats = {component: stats.of(component) for component in topology.spouts}
+        self._task_stats = {s.task: stats.of_task(s.component, s.task) for s in self.tasks}
 
     def emit(self, component: str, task: int, stream: str, values: tuple, msg_id: Any, targets: list[int]) -> list[int]:
         self.emits += 1
         self._component_stats[component].emitted += 1
+        self._task_stats[task].emitted += 1
         batch_for = self.outbox.batch_for
         if msg_id is not None and self.trees is not None and targets:
             root = self.trees.start(task, msg_id, self._now())
@@ -156,9 +162,8 @@ class SpoutHost:
                 emitted = self.emits
                 try:
                     s.spout.next_tuple()
-                except Exception:
-                    self.stats.of(s.component).errors += 1
-                    log.exception("spout %s task %d raised in next_tuple", s.component, s.task)
+                except Exception as exc:
+                    self._error(s, "next_tuple()", exc)
                     break
                 if self.emits == emitted:
                     break
@@ -166,6 +171,7 @@ class SpoutHost:
         for task, msg_id in acks:
             spout = self._by_task[task]
             self.stats.of(spout.component).acked += 1
+            self._task_stats[task].acked += 1
             self._call(spout, "ack", msg_id)
         return self.emits - before
 
@@ -205,29 +211,40 @@ class SpoutHost:
             latencies = self._now() - acked.emitted_at
             tasks = np.array(acked.tasks)
             for task in np.unique(tasks).tolist():
-                stats = self.stats.of(self._by_task[task].component)
                 mine = tasks == task
-                stats.acked += int(np.count_nonzero(mine))
-                stats.record_latencies(latencies[mine])
+                for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
+                    stats.acked += int(np.count_nonzero(mine))
+                    stats.record_latencies(latencies[mine])
             by_task = self._by_task
             for task, msg_id in zip(acked.tasks, acked.msg_ids, strict=True):
                 self._call(by_task[task], "ack", msg_id)
         for finished, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
             for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
                 spout = self._by_task[task]
-                stats = self.stats.of(spout.component)
-                stats.failed += 1
-                stats.timed_out += timed_out
+                for stats in (self.stats.of(spout.component), self._task_stats[task]):
+                    stats.failed += 1
+                    stats.timed_out += timed_out
                 self._call(spout, "fail", msg_id)
 
     def _call(self, spout: SpoutTask, method: str, *args: Any) -> None:
         """``method(*args)`` on the spout; what it raises is counted and logged, and the topology goes on."""
         try:
             getattr(spout.spout, method)(*args)
-        except Exception:
-            self.stats.of(spout.component).errors += 1
-            shown = ", ".join(map(repr, args))
-            log.exception("spout %s task %d raised in %s(%s)", spout.component, spout.task, method, shown)
+        except Exception as exc:
+            self._error(spout, f"{method}({', '.join(map(repr, args))})", exc)
+
+    def _error(self, spout: SpoutTask, call: str, error: Exception) -> None:
+        """A spout raised: counted, logged, and kept among the run's last errors; the topology goes on."""
+        self.stats.of(spout.component).errors += 1
+        self._task_stats[spout.task].errors += 1
+        log.error("spout %s task %d raised in %s", spout.component, spout.task, call, exc_info=error)
+        text = "".join(traceback.format_exception(error))
+        self.stats.record_error(spout.component, spout.task, f"{spout.component} task {spout.task}: {call}: {text}")
+
+    @property
+    def wanted_active(self) -> bool:
+        """What ``set_active`` asked last, applied or about to be."""
+        return self._wanted_active
 
     def set_active(self, active: bool) -> None:
         """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples. Each spout is told

@@ -6,6 +6,8 @@ component) whatever the number of tuples, 2 significant digits, from 1 µs to on
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +32,7 @@ class ComponentStats:
     malformed: int = 0  # spout messages set aside as malformed, never emitted
     state_changes: int = 0  # a stateful bolt's keys put or deleted, each saved once per wave
     state_seconds: float = 0.0  # its tasks' time saving them
+    busy_seconds: float = 0.0  # a bolt's tasks' time executing tuples
     latencies: HdrHistogram = field(default_factory=latency_histogram, repr=False)  # microseconds
 
     def add(self, status) -> None:
@@ -42,6 +45,7 @@ class ComponentStats:
         self.malformed += status.malformed
         self.state_changes += status.state_changes
         self.state_seconds += status.state_seconds
+        self.busy_seconds += status.busy_seconds
 
     def record_latencies(self, seconds: list[float]) -> None:
         """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which
@@ -63,6 +67,22 @@ class ComponentStats:
     def latency_count(self) -> int:
         return self.latencies.get_total_count()
 
+    @property
+    def execute_latency_ms(self) -> float | None:
+        """A bolt's mean time per executed tuple, in milliseconds."""
+        return self.busy_seconds / self.executed * 1000 if self.executed else None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReport:
+    component: str
+    task: int | None
+    time: float  # seconds since the epoch
+    text: str  # the error with its traceback
+
+
+ERRORS_KEPT = 50
+
 
 @dataclass
 class RunStats:
@@ -72,6 +92,17 @@ class RunStats:
     restarts: int = 0  # times the workers restarted from the last completed wave, after one was lost
     pending: int = 0
     state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
+    tasks: dict[tuple[str, int], ComponentStats] = field(default_factory=dict)  # (component, task) -> its own
+    errors: deque[ErrorReport] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))  # the last ones
+
+    def of_task(self, component: str, task: int) -> ComponentStats:
+        stats = self.tasks.get((component, task))
+        if stats is None:
+            stats = self.tasks[(component, task)] = ComponentStats()
+        return stats
+
+    def record_error(self, component: str, task: int | None, text: str) -> None:
+        self.errors.append(ErrorReport(component, task, time.time(), text))
 
     def of(self, component: str) -> ComponentStats:
         stats = self.components.get(component)

@@ -193,6 +193,14 @@ class PendingTrees:
         self._drop_finished_pages()
         return settlement
 
+    def fail_all(self) -> Settlement:
+        """Every recorded pending tree, failed (the topology is stopping: each goes back to its source)."""
+        settlement = Settlement()
+        for page in list(self._pages.values()):
+            self._count_out(page.take(np.flatnonzero(page.alive), settlement.failed))
+        self._drop_finished_pages()
+        return settlement
+
     def _settle(self, outcome: Outcome, settlement: Settlement) -> None:
         self._take(outcome.completed.roots, settlement.acked)
         self._take(outcome.failed.roots, settlement.failed)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections import defaultdict, deque
 from typing import Any
 
@@ -67,6 +68,7 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
 
     A basic bolt's rows are acked together once the batch is done (``OutputCollector.ack_batch``).
     """
+    started = time.perf_counter()
     component, source, trees = batch.component, batch.source, batch.trees
     collector = task.collector
     collector.status.executed += len(batch.values)
@@ -99,6 +101,7 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
             failed.append(i)
     if basic_collector is not None:
         collector.ack_batch(batch, failed)
+    collector.status.busy_seconds += time.perf_counter() - started
 
 
 class Worker:

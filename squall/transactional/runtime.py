@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -162,6 +162,9 @@ class PhaseResult:
     captured: dict[str, list[tuple]]
 
 
+RECENT_COMMITS = 20  # kept for the web page
+
+
 class TransactionalRun:
     """The driver of one transactional topology: coordinator, emits, processing and commits."""
 
@@ -190,6 +193,10 @@ class TransactionalRun:
         self._emits = 0
         self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
         self._malformed_counted_through = 0  # the latest txid whose malformed entries are counted
+        self.started_at = clock.now()
+        self._phases: dict[TransactionAttempt, tuple[str, float]] = {}  # in flight: phase, when it began (epoch s)
+        self._began: dict[TransactionAttempt, float] = {}  # in flight: when its emit began (epoch s)
+        self._recent: deque[tuple[TransactionAttempt, int, float]] = deque(maxlen=RECENT_COMMITS)
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> WaveInfo:
@@ -228,11 +235,13 @@ class TransactionalRun:
                 self._fail(attempt)
 
     def _fail(self, attempt: TransactionAttempt) -> None:
+        self._leave(attempt)
         if self.coordinator.failed(attempt):
             with self._lock:
                 later = [self._batches.pop(a) for a in list(self._batches) if a.txid >= attempt.txid]
                 self.stats.failed_waves += 1
             for batch in later:
+                self._leave(batch.attempt)
                 batch.release()
 
     def settled(self, since: int = 0) -> bool:
@@ -255,7 +264,30 @@ class TransactionalRun:
         n = spout.num_partitions()
         return [(p, "new", previous["p"].get(str(p))) for p in range(n)], n
 
+    def _enter(self, attempt: TransactionAttempt, phase: str) -> None:
+        now = time.time()
+        with self._lock:
+            self._phases[attempt] = (phase, now)
+            self._began.setdefault(attempt, now)
+
+    def _leave(self, attempt: TransactionAttempt) -> float:
+        """The attempt is no longer in flight; returns how long it was."""
+        with self._lock:
+            self._phases.pop(attempt, None)
+            return time.time() - self._began.pop(attempt, time.time())
+
+    def attempt_phases(self) -> dict[TransactionAttempt, tuple[str, float]]:
+        """The attempts in flight: the phase each is in (emit, process, commit) and since when (epoch seconds)."""
+        with self._lock:
+            return dict(self._phases)
+
+    def recent_commits(self) -> list[tuple[TransactionAttempt, int, float]]:
+        """The last commits, newest first: the attempt, its tuples and its seconds from emit to commit."""
+        with self._lock:
+            return list(reversed(self._recent))
+
     def _emit(self, attempt: TransactionAttempt) -> Batch | None:
+        self._enter(attempt, "emit")
         plan, partitions = self._plan(attempt)
         emitters = self.ttopo.parallelism
         by_task: dict[int, list] = defaultdict(list)
@@ -323,12 +355,16 @@ class TransactionalRun:
             with self._lock:
                 for report in reports:
                     self.stats.of(report.component).add(report.status)
+                    self.stats.of_task(report.component, report.task).add(report.status)
+                    for text in report.status.errors:
+                        self.stats.record_error(report.component, report.task, text)
                     captured[report.component].extend(report.captured)
                     if report.failure:
                         failures.append(report.failure)
         return PhaseResult(failures, dict(captured))
 
     def _process(self, batch: Batch) -> None:
+        self._enter(batch.attempt, "process")
         try:
             result = self._run_bolts(batch, self.ttopo.processing_phase_bolts)
             self._job_succeeded()
@@ -344,6 +380,7 @@ class TransactionalRun:
         self._events.put(("processed" if ok else "failed", batch.attempt))
 
     def _commit(self, attempt: TransactionAttempt) -> None:
+        self._enter(attempt, "commit")
         batch = self._batches.get(attempt)
         try:
             result = self._run_bolts(batch, self.ttopo.commit_phase_bolts)
@@ -359,8 +396,10 @@ class TransactionalRun:
             return
         self._job_succeeded()
         self.coordinator.committed(attempt)
+        seconds = self._leave(attempt)
         with self._lock:
             self._batches.pop(attempt).release()
+            self._recent.append((attempt, batch.tuples, seconds))
         self.commits.append((attempt, batch.tuples, result.captured))
         self.stats.waves += 1
         if batch.tuples:

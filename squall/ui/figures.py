@@ -1,0 +1,140 @@
+"""A running topology's figures as JSON-ready dicts, the one source of the web page, the REST API and /metrics.
+
+The shapes follow Storm UI's ``/api/v1/``: a summary per topology, a topology's
+spouts and bolts, and a component's tasks. Latencies come from the runs'
+bounded histograms, never from raw lists. A bolt's *capacity* is Storm's: the
+share of the time since the topology started that its busiest task spent
+executing tuples (near 1, the bolt is the bottleneck).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from squall.model import config as cfg
+from squall.model.drawing import edges
+from squall.model.topology import Topology
+from squall.spark.stats import ComponentStats, RunStats
+
+ACTIVE, INACTIVE, FAILED = "ACTIVE", "INACTIVE", "FAILED"
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def status_of(run: Any, failed: bool) -> str:
+    if failed:
+        return FAILED
+    host = getattr(run, "spout_host", None)
+    return INACTIVE if host is not None and not host.wanted_active else ACTIVE
+
+
+def uptime_secs(run: Any) -> float:
+    started = getattr(run, "started_at", None)
+    return max(0.0, run.clock.now() - started) if started is not None else 0.0
+
+
+def topology_summary(name: str, run: Any, failed: bool = False) -> dict[str, Any]:
+    stats: RunStats = run.stats
+    uptime = uptime_secs(run)
+    return {
+        "name": name,
+        "kind": "transactional" if hasattr(run, "coordinator") else "topology",
+        "status": status_of(run, failed),
+        "uptimeSeconds": round(uptime, 3),
+        "waves": stats.waves,
+        "wavesPerSecond": round(stats.waves / uptime, 3) if uptime else 0.0,
+        "pendingTrees": stats.pending,
+        "maxSpoutPending": run.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING],
+        "messageTimeoutSeconds": run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS],
+        "workerRestarts": stats.restarts,
+        "failedWaves": stats.failed_waves,
+        "spouts": len(run.topology.spouts),
+        "bolts": len(run.topology.bolts),
+        "tasks": sum(spec.parallelism for spec in run.topology.components.values()),
+    }
+
+
+def _spout_figures(c: ComponentStats) -> dict[str, Any]:
+    return {
+        "emitted": c.emitted,
+        "acked": c.acked,
+        "failed": c.failed,
+        "timedOut": c.timed_out,
+        "malformed": c.malformed,
+        "errors": c.errors,
+        "completeLatencyMs": {"p50": _ms(c.latency_percentile(50)), "p99": _ms(c.latency_percentile(99))},
+    }
+
+
+def _bolt_figures(c: ComponentStats, uptime: float) -> dict[str, Any]:
+    return {
+        "executed": c.executed,
+        "emitted": c.emitted,
+        "acked": c.acked,
+        "failed": c.failed,
+        "errors": c.errors,
+        "executeLatencyMs": _ms(c.execute_latency_ms),
+        "capacity": round(c.busy_seconds / uptime, 3) if uptime else 0.0,
+    }
+
+
+def component_figures(topology: Topology, stats: RunStats, cid: str, uptime: float) -> dict[str, Any]:
+    spec = topology.components[cid]
+    c = stats.of(cid)
+    figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, uptime)
+    if spec.kind == "bolt":  # Storm's capacity: the busiest task's
+        busy = max((stats.of_task(cid, t).busy_seconds for t in spec.tasks), default=0.0)
+        figures["capacity"] = round(busy / uptime, 3) if uptime else 0.0
+    return {"id": cid, "type": spec.kind, "tasks": spec.parallelism, **figures}
+
+
+def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]:
+    topology, stats, uptime = run.topology, run.stats, uptime_secs(run)
+    detail = topology_summary(name, run, failed)
+    detail["spouts"] = [component_figures(topology, stats, cid, uptime) for cid in topology.spouts]
+    detail["bolts"] = [component_figures(topology, stats, cid, uptime) for cid in topology.bolts]
+    detail["graph"] = [
+        {"source": source, "target": target, "stream": stream, "grouping": grouping}
+        for source, target, stream, grouping in edges(topology)
+    ]
+    detail["errors"] = [
+        {"component": e.component, "task": e.task, "time": e.time, "error": e.text} for e in reversed(stats.errors)
+    ]
+    if hasattr(run, "coordinator"):
+        detail["transactional"] = transactional_figures(run)
+    return detail
+
+
+def component_detail(name: str, run: Any, cid: str) -> dict[str, Any]:
+    topology, stats, uptime = run.topology, run.stats, uptime_secs(run)
+    detail = {"topology": name, **component_figures(topology, stats, cid, uptime)}
+    spec = topology.components[cid]
+    rows = []
+    for task in spec.tasks:
+        c = stats.of_task(cid, task)
+        figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, uptime)
+        rows.append({"task": task, **figures})
+    detail["taskStats"] = rows
+    detail["errors"] = [
+        {"task": e.task, "time": e.time, "error": e.text} for e in reversed(stats.errors) if e.component == cid
+    ]
+    return detail
+
+
+def transactional_figures(run: Any) -> dict[str, Any]:
+    """The coordinator's progress: the last committed txid, the attempts in flight, the recent commits."""
+    now = time.time()
+    return {
+        "lastCommittedTxid": run.coordinator.last_committed,
+        "inFlight": [
+            {"txid": a.txid, "attemptId": a.attempt_id, "phase": phase, "ageSeconds": round(now - since, 3)}
+            for a, (phase, since) in sorted(run.attempt_phases().items(), key=lambda item: item[0].txid)
+        ],
+        "recentCommits": [
+            {"txid": a.txid, "attemptId": a.attempt_id, "tuples": tuples, "seconds": round(seconds, 3)}
+            for a, tuples, seconds in run.recent_commits()
+        ],
+    }

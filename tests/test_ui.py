@@ -1,0 +1,226 @@
+"""The web UI's REST API and /metrics give exact figures; mutating requests need the token; deactivate stops
+the spouts' emits and activate resumes them. Servers run on free loopback ports."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from squall import Bolt, LocalCluster, Spout, TopologyBuilder
+from squall.testing import TestCluster
+from squall.ui.client import UIClient
+
+
+class Numbers(Spout):
+    """Emits what it is fed, msg id = the number; records acks and fails."""
+
+    outputs = ("n",)
+
+    def __init__(self, count: int = 0) -> None:
+        self.fed, self.acked, self.failed = list(range(count)), set(), set()
+
+    def __deepcopy__(self, memo):  # the test holds the object the topology runs
+        return self
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.fed:
+            n = self.fed.pop(0)
+            self.collector.emit([n], msg_id=n)
+
+    def ack(self, msg_id):
+        self.acked.add(msg_id)
+
+    def fail(self, msg_id):
+        self.failed.add(msg_id)
+
+
+class FailEveryThird(Bolt):
+    """Fails every tuple whose number is a multiple of 3 and acks the rest; raises on 10 (failed as well)."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        if tup.is_tick:
+            return
+        n = tup["n"]
+        if n == 10:
+            raise ValueError("ten is right out")
+        if n % 3 == 0:
+            self.collector.fail(tup)
+        else:
+            self.collector.ack(tup)
+
+
+class Holds(Bolt):
+    """Never acks: every tree times out."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        pass
+
+
+def topology(spout: Spout, bolt: Bolt, tick: float | None = None):
+    b = TopologyBuilder()
+    b.set_spout("numbers", spout)
+    declarer = b.set_bolt("check", bolt, 2).shuffle_grouping("numbers")
+    if tick:
+        declarer.add_configuration("topology.tick.tuple.freq.secs", tick)
+    return b.build()
+
+
+def get(url: str, token: str | None = None, method: str = "GET"):
+    request = urllib.request.Request(url, method=method)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = response.read()
+        return json.loads(body) if response.headers.get_content_type() == "application/json" else body.decode()
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The value of one sample of the exposition ``text``."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if found == {k: str(v) for k, v in labels.items()}:
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name}{labels} in the metrics")
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.02)
+
+
+def test_rest_api_and_metrics_give_exact_figures(spark):
+    spout = Numbers(30)
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        url = cluster.ui.url
+        run = cluster.submit_topology("numbers", {}, topology(spout, FailEveryThird()))
+        wait_for(lambda: len(spout.acked) + len(spout.failed) == 30, "settled trees")
+        assert spout.failed == {n for n in range(30) if n % 3 == 0} | {10}
+        wait_for(lambda: get(f"{url}/api/v1/topology/numbers")["spouts"][0]["acked"] == 19, "acks in the API")
+
+        (summary,) = get(f"{url}/api/v1/topology/summary")["topologies"]
+        assert summary["name"] == "numbers" and summary["status"] == "ACTIVE" and summary["pendingTrees"] == 0
+        assert summary["spouts"] == 1 and summary["bolts"] == 1 and summary["tasks"] == 3
+
+        detail = get(f"{url}/api/v1/topology/numbers")
+        (numbers,) = detail["spouts"]
+        assert {k: numbers[k] for k in ("emitted", "acked", "failed", "timedOut", "malformed", "errors")} == {
+            "emitted": 30,
+            "acked": 19,
+            "failed": 11,  # the multiples of 3, and 10
+            "timedOut": 0,
+            "malformed": 0,
+            "errors": 0,
+        }
+        assert numbers["completeLatencyMs"]["p50"] > 0
+        (check,) = detail["bolts"]
+        assert {k: check[k] for k in ("executed", "emitted", "acked", "failed", "errors")} == {
+            "executed": 30,
+            "emitted": 0,
+            "acked": 19,
+            "failed": 11,
+            "errors": 1,
+        }
+        assert check["executeLatencyMs"] > 0 and 0 < check["capacity"] <= 1
+        assert detail["graph"] == [
+            {"source": "numbers", "target": "check", "stream": "default", "grouping": "shuffle_grouping"}
+        ]
+        (error,) = detail["errors"]
+        assert error["component"] == "check" and "ten is right out" in error["error"]
+
+        component = get(f"{url}/api/v1/topology/numbers/component/check")
+        assert [t["task"] for t in component["taskStats"]] == list(run.topology.task_ids("check"))
+        assert sum(t["executed"] for t in component["taskStats"]) == 30
+        assert sum(t["failed"] for t in component["taskStats"]) == 11
+        spout_tasks = get(f"{url}/api/v1/topology/numbers/component/numbers")["taskStats"]
+        rows = [(t["task"], t["emitted"], t["acked"], t["failed"]) for t in spout_tasks]
+        assert rows == [(*run.topology.task_ids("numbers"), 30, 19, 11)]
+
+        metrics = get(f"{url}/metrics")
+        assert metric(metrics, "squall_tuples_emitted_total", topology="numbers", component="numbers") == 30
+        assert metric(metrics, "squall_tuples_acked_total", topology="numbers", component="numbers") == 19
+        assert metric(metrics, "squall_tuples_failed_total", topology="numbers", component="numbers") == 11
+        assert metric(metrics, "squall_tuples_executed_total", topology="numbers", component="check") == 30
+        assert metric(metrics, "squall_tuples_failed_total", topology="numbers", component="check") == 11
+        assert metric(metrics, "squall_errors_total", topology="numbers", component="check") == 1
+        assert metric(metrics, "squall_pending_trees", topology="numbers") == 0
+        assert metric(metrics, "squall_topology_active", topology="numbers") == 1
+        count = metric(metrics, "squall_complete_latency_seconds_count", topology="numbers", component="numbers")
+        infinite = metric(
+            metrics, "squall_complete_latency_seconds_bucket", topology="numbers", component="numbers", le="+Inf"
+        )
+        assert count == infinite == 19  # one latency per acked tree
+
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            get(f"{url}/api/v1/topology/nothing")
+        assert missing.value.code == 404
+
+
+def test_timeouts_on_simulated_time_reach_the_api_exactly(spark):
+    with TestCluster({"squall.ui.port": 0}) as cluster:
+        spout = Numbers(5)
+        cluster.submit_topology("held", {"topology.message.timeout.secs": 10}, topology(spout, Holds()))
+        cluster.advance_time(31)  # two rotations after the emits: every tree has timed out
+        assert spout.failed == set(range(5))
+        (numbers,) = get(f"{cluster.ui.url}/api/v1/topology/held")["spouts"]
+        assert (numbers["emitted"], numbers["acked"], numbers["failed"], numbers["timedOut"]) == (5, 0, 5, 5)
+        metrics = get(f"{cluster.ui.url}/metrics")
+        assert metric(metrics, "squall_tuples_timed_out_total", topology="held", component="numbers") == 5
+
+
+def test_control_needs_the_token_and_deactivate_stops_emits_until_activate(spark):
+    spout = Numbers()
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        url = cluster.ui.url
+        run = cluster.submit_topology("numbers", {}, topology(spout, FailEveryThird(), tick=0.05))
+        for token in (None, "not-the-token"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                get(f"{url}/api/v1/topology/numbers/deactivate", token, method="POST")
+            assert refused.value.code == 401
+        assert run.spout_host.active
+
+        client = UIClient(url)  # finds the token in the file the server wrote for this user
+        assert cluster.ui.token_file.stat().st_mode & 0o777 == 0o600  # readable by its user only
+        client.control("numbers", "deactivate")
+        wait_for(lambda: not run.spout_host.active, "deactivation")
+        assert client.topology("numbers")["status"] == "INACTIVE"
+        spout.fed.extend([1, 2, 4])
+        waves = run.stats.waves
+        wait_for(lambda: run.stats.waves >= waves + 5, "five more waves (ticks)")
+        assert run.stats.of("numbers").emitted == 0 and spout.fed == [1, 2, 4]
+
+        client.control("numbers", "activate")
+        wait_for(lambda: spout.acked == {1, 2, 4}, "the fed numbers, acked")
+        assert client.topology("numbers")["status"] == "ACTIVE"
+        assert run.stats.of("numbers").emitted == 3
+
+
+def test_kill_with_a_wait_fails_what_is_still_pending_back_to_the_spout(spark):
+    spout = Numbers(5)
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        run = cluster.submit_topology("held", {}, topology(spout, Holds()))
+        wait_for(lambda: run.stats.of("check").executed == 5, "the held tuples")
+        UIClient(cluster.ui.url).control("held", "kill", wait=0.5)
+        assert "held" not in cluster.runs
+        assert spout.failed == set(range(5)) and spout.acked == set()
+        assert (run.stats.of("numbers").failed, run.stats.of("numbers").timed_out) == (5, 0)

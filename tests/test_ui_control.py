@@ -1,0 +1,106 @@
+"""``squall list/deactivate/activate/kill`` against a running ``squall run`` of the word-count example, reading
+the embedded queue: kill --wait leaves every sentence either acked or back on the queue, and the driver exits 0."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from squall.cli import main
+from squall.connectors import ReliableQueue
+from squall.ui.client import UIClient
+
+ROOT = Path(__file__).parent.parent
+SENTENCES = 20_000
+FEWEST_WORDS = 6  # the example's shortest sentence
+
+
+def queue_counts(path: Path) -> dict[str, int]:
+    queue = ReliableQueue(path, "sentences")
+    try:
+        return queue.counts()
+    finally:
+        queue.close()
+
+
+def wait_for(condition, driver, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert driver.poll() is None, f"the driver ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.1)
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_kill_wait_leaves_every_sentence_acked_or_queued_and_the_driver_exits_0(tmp_path):
+    data, log = tmp_path / "data", tmp_path / "driver.log"
+    args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py"), "--master", "local[2]"]
+    args += ["--ui-port", "0", "--idle-secs", "0", "--conf", f"example.dir={data}"]
+    args += ["--conf", f"example.sentences={SENTENCES}", "--conf", "topology.max.spout.pending=300"]
+    with open(log, "w") as out:
+        driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        found: list[str] = []
+        wait_for(lambda: found.extend(re.findall(r"web UI at (http://\S+)", log.read_text())) or found, driver, "UI")
+        url = found[0]
+        queue = data / "sentences.sqlite"
+        wait_for(lambda: queue.exists() and queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
+
+        listed = cli("list", "--url", url)
+        assert re.search(r"word-count\s+ACTIVE", listed), listed
+
+        client = UIClient(url)
+        cli("deactivate", "word-count", "--url", url)
+        assert client.topology("word-count")["status"] == "INACTIVE"
+        emitted = client.topology("word-count")["spouts"][0]["emitted"]
+        waves = client.topology("word-count")["waves"]
+        wait_for(lambda: client.topology("word-count")["waves"] >= waves + 3, driver, "waves while deactivated")
+        assert client.topology("word-count")["spouts"][0]["emitted"] == emitted  # one call may have been under way
+        cli("activate", "word-count", "--url", url)
+        wait_for(lambda: client.topology("word-count")["spouts"][0]["emitted"] > emitted, driver, "emits again")
+
+        assert "killed word-count" in cli("kill", "word-count", "--wait", "10", "--url", url)
+        assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    left = queue_counts(data / "sentences.sqlite")
+    assert left["pending"] == 0 and left["dead"] == 0  # nothing held by a dead consumer: acked or back
+    assert 0 < left["ready"] < SENTENCES  # killed mid-run
+    acked = SENTENCES - left["ready"]
+    with sqlite3.connect(data / "word_counts.sqlite") as db:
+        (counted,) = db.execute("SELECT sum(count) FROM word_counts").fetchone()
+    assert counted >= acked * FEWEST_WORDS  # every acked sentence's words were stored before its ack
+
+
+def test_ctrl_c_stops_squall_run_as_kill_wait_does(tmp_path):
+    data, log = tmp_path / "data", tmp_path / "driver.log"
+    args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py"), "--master", "local[2]"]
+    args += ["--no-ui", "--idle-secs", "0", "--kill-wait", "10", "--conf", f"example.dir={data}"]
+    args += ["--conf", f"example.sentences={SENTENCES}", "--conf", "topology.max.spout.pending=300"]
+    with open(log, "w") as out:
+        driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        queue = data / "sentences.sqlite"
+        wait_for(lambda: queue.exists() and queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    output = log.read_text()
+    assert "interrupted: stopping, pending trees get up to 10s" in output and "web UI at" not in output
+    left = queue_counts(data / "sentences.sqlite")
+    assert left["pending"] == 0 and left["dead"] == 0 and 0 < left["ready"] < SENTENCES
