@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages squall needs when they are missing:
 # a Java runtime (17+) for Spark, and the servers the tests start
-# (redis-server, rabbitmq-server, postgresql, zookeeper).
+# (redis-server, rabbitmq-server, postgresql, zookeeper), and Chromium with its
+# driver for the web page's browser test.
 # Run as root (or with sudo available).
 set -euo pipefail
 
@@ -15,6 +16,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || need+=(rabbitmq-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the web page's browser test drives it headless
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing Debian packages: ${need[*]}"

@@ -1,0 +1,141 @@
+"""The web page in a real browser: headless Chromium (Debian's chromium and chromium-driver) drives the live page.
+Its figures match the REST API and change as the topology runs; the screenshot in docs/operations.md is taken
+here (``SQUALL_UI_SCREENSHOT=path`` writes it there as well)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+
+import pytest
+from servers import require
+
+from squall import Bolt, LocalCluster, Spout, TopologyBuilder
+
+FIGURES = ("emitted", "acked", "failed")
+
+
+class Words(Spout):
+    """Emits what it is fed, msg id = its position."""
+
+    outputs = ("word",)
+
+    def __init__(self) -> None:
+        self.fed, self.next = [], 0
+
+    def __deepcopy__(self, memo):  # the test holds the object the topology runs
+        return self
+
+    def open(self, conf, context, collector):
+        self.collector = collector
+
+    def next_tuple(self):
+        if self.next < len(self.fed):
+            self.collector.emit([self.fed[self.next]], msg_id=self.next)
+            self.next += 1
+
+
+class Count(Bolt):
+    """Counts words and acks them, but fails the word "storm" (a known failure to see on the page)."""
+
+    outputs = ("word", "count")
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.counts = collector, {}
+
+    def execute(self, tup):
+        word = tup["word"]
+        if word == "storm":
+            self.collector.fail(tup)
+            return
+        self.counts[word] = self.counts.get(word, 0) + 1
+        self.collector.emit([word, self.counts[word]], anchors=tup)
+        self.collector.ack(tup)
+
+
+class Sink(Bolt):
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tup):
+        self.collector.ack(tup)
+
+
+def api(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.load(response)
+
+
+def wait_for(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = require("chromium", "chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(require("chromedriver", "chromium-driver")))
+    yield driver
+    driver.quit()
+
+
+def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark, browser, tmp_path):
+    spout = Words()
+    b = TopologyBuilder()
+    b.set_spout("words", spout)
+    b.set_bolt("count", Count(), 2).fields_grouping("words", ["word"])
+    b.set_bolt("sink", Sink(), 2).shuffle_grouping("count")
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        url = cluster.ui.url
+        run = cluster.submit_topology("words", {}, b.build())
+        spout.fed.extend(["storm", "spark", "tuple", "acker"] * 25)
+        wait_for(lambda: run.stats.of("words").acked + run.stats.of("words").failed == 100, "the first 100 settled")
+
+        browser.get(f"{url}/#words")
+
+        def shown(kind: str, component: str, figure: str) -> str:
+            cells = browser.find_elements("css selector", f'td[data-figure="{kind}:{component}:{figure}"]')
+            return cells[0].text if cells else ""
+
+        def page_matches_api() -> bool:
+            detail = api(f"{url}/api/v1/topology/words")
+            spouts = {c["id"]: c for c in detail["spouts"]}
+            bolts = {c["id"]: c for c in detail["bolts"]}
+            return all(shown("spout", "words", f) == str(spouts["words"][f]) for f in FIGURES) and all(
+                shown("bolt", b, f) == str(bolts[b][f]) for b in ("count", "sink") for f in ("executed", "acked")
+            )
+
+        wait_for(page_matches_api, "the page's figures to match the REST API")
+        assert (shown("spout", "words", "acked"), shown("spout", "words", "failed")) == ("75", "25")
+        assert shown("bolt", "count", "failed") == "25" and shown("bolt", "sink", "executed") == "75"
+        assert browser.find_element("css selector", 'td[data-figure="status"]').text == "ACTIVE"
+        assert browser.find_element("css selector", '[data-node="count"]').text.startswith("count")
+        edge = browser.find_element("css selector", '[data-edge="words->count"]').text
+        assert edge == "fields_grouping(['word'])"
+
+        spout.fed.extend(["storm", "spark", "tuple", "acker"] * 50)  # the topology runs on: the page follows
+        wait_for(lambda: run.stats.of("words").acked == 225, "the next 200 settled")
+        wait_for(lambda: shown("spout", "words", "acked") == "225", "the page to show 225 acked")
+        wait_for(page_matches_api, "the page's figures to match the REST API again")
+
+        browser.find_element("css selector", 'tr[data-component="count"] button').click()  # the count's tasks
+        wait_for(lambda: len(browser.find_elements("css selector", "#bolts tr.tasks")) == 2, "count's task rows")
+
+        screenshot = tmp_path / "web-ui.png"
+        assert browser.save_screenshot(str(screenshot))
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if os.environ.get("SQUALL_UI_SCREENSHOT"):
+            shutil.copy(screenshot, os.environ["SQUALL_UI_SCREENSHOT"])
