@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +13,9 @@ import urllib.request
 import pytest
 
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
+from squall.model.errors import SquallError
 from squall.testing import TestCluster
+from squall.transactional import BatchBolt, Committer, MemoryTransactionalSpout, TransactionalTopologyBuilder
 from squall.ui.client import UIClient
 
 
@@ -224,3 +227,59 @@ def test_kill_with_a_wait_fails_what_is_still_pending_back_to_the_spout(spark):
         assert "held" not in cluster.runs
         assert spout.failed == set(range(5)) and spout.acked == set()
         assert (run.stats.of("numbers").failed, run.stats.of("numbers").timed_out) == (5, 0)
+
+
+class CountBatch(BatchBolt):
+    outputs = ("id", "count")
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id, self.count = collector, batch_id, 0
+
+    def execute(self, tup):
+        self.count += 1
+
+    def finish_batch(self):
+        self.collector.emit([self.id, self.count])
+
+
+class Total(BatchBolt, Committer):
+    outputs = ("id", "total")
+
+    def prepare(self, conf, context, collector, attempt):
+        self.collector, self.attempt, self.total = collector, attempt, 0
+
+    def execute(self, tup):
+        self.total += tup[1]
+
+    def finish_batch(self):
+        self.collector.emit([self.attempt, self.total])
+
+
+def test_a_transactional_topology_shows_its_commits(spark):
+    data = {0: [["a"], ["b"], ["c"], ["d"], ["e"]], 1: [["f"], ["g"], ["h"]]}
+    builder = TransactionalTopologyBuilder("tx-count", "spout", MemoryTransactionalSpout(data, ["word"], 2), 2)
+    builder.set_bolt("count", CountBatch(), 2).shuffle_grouping("spout")
+    builder.set_bolt("total", Total()).global_grouping("count")
+    with TestCluster({"squall.ui.port": 0}) as cluster:
+        run = cluster.submit_topology("tx", {}, builder.build())
+        cluster.wait_idle()
+        detail = get(f"{cluster.ui.url}/api/v1/topology/tx")
+    assert detail["kind"] == "transactional" and detail["status"] == "ACTIVE"
+    tx = detail["transactional"]
+    committed = [(attempt.txid, tuples) for attempt, tuples, _ in run.commits]
+    assert tx["lastCommittedTxid"] == committed[-1][0] and tx["inFlight"] == []
+    recent = [(c["txid"], c["tuples"]) for c in tx["recentCommits"]]
+    assert recent == list(reversed(committed))[: len(recent)] and sum(n for _, n in committed) == 8
+    assert all(c["seconds"] > 0 for c in tx["recentCommits"])
+
+
+def test_a_port_in_use_is_an_error_unless_any_port_will_do(spark):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(SquallError, match=rf"cannot listen on 127.0.0.1:{port}: the port is in use"):
+            LocalCluster({"squall.ui.port": port})
+        with LocalCluster({"squall.ui.port": port}, ui_fallback=True) as cluster:
+            assert cluster.ui.port != port
+            assert get(f"{cluster.ui.url}/api/v1/topology/summary") == {"topologies": []}
