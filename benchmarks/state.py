@@ -157,28 +157,37 @@ def main() -> None:
 
     # Per-wave state cost with 1k keys changed per wave, as the keys held grow: the tasks' time saving their
     # changes and the driver's applying them and writing checkpoints, per wave; and each wave's whole time.
-    state_ms = {}
+    # Each size runs twice, the sizes in turn, and keeps its lower cost: a millisecond a wave is within what the
+    # machine's noise moves.
+    state_ms, wave_ms = {}, {}
     fixed = {"squall.wave.spout.batch": 1000, "squall.wave.target.ms": 1e9}
-    for held in (10_000, 100_000, 1_000_000):
-        keys = vocabulary(held)
-        words = [keys[i % held] for i in range(60_000)]  # 1k distinct keys a wave, 60 waves
-        timing = run_words(words, held, fixed)
-        state_ms[held] = timing.state_ms_per_wave
-        print(
-            f"state_ms_per_wave_{held}_keys_held_1k_changed={state_ms[held]:.2f}"
-            f" (wave_ms={timing.seconds / timing.waves * 1000:.1f})"
-        )
+    for _ in range(2):
+        for held in (10_000, 100_000, 1_000_000):
+            keys = vocabulary(held)
+            words = [keys[i % held] for i in range(60_000)]  # 1k distinct keys a wave, 60 waves
+            timing = run_words(words, held, fixed)
+            if timing.state_ms_per_wave < state_ms.get(held, float("inf")):
+                state_ms[held], wave_ms[held] = timing.state_ms_per_wave, timing.seconds / timing.waves * 1000
+    for held in state_ms:
+        print(f"state_ms_per_wave_{held}_keys_held_1k_changed={state_ms[held]:.2f} (wave_ms={wave_ms[held]:.1f})")
     print(f"state_cost_per_wave_max_vs_min={max(state_ms.values()) / min(state_ms.values()):.2f}")
 
-    # Durable checkpoints every second against none (acking off in both, so that no ack waits for one),
-    # timed until every word is counted. Best of three.
+    # Durable checkpoints every second against none (acking off in both, so that no ack waits for one), timed
+    # until every word is counted: three pairs, back to back; the cost is the median of the pairs' ratios, so
+    # that one run the machine slowed or sped does not decide it.
     words = rnd.choices(vocabulary(100_000), k=args.words)
-    timings = {}
-    for label, interval in (("every_1s", 1000), ("none", 1e9)):
-        conf = {"topology.state.checkpoint.interval.ms": interval, "topology.acker.executors": 0}
-        timings[label] = min(run_words(words, 100_000, conf, until_acked=False).seconds for _ in range(3))
-        print(f"state_checkpoint_{label}_words_per_second={args.words / timings[label]:.0f}")
-    print(f"state_checkpoint_every_1s_cost={timings['every_1s'] / timings['none'] - 1:.1%}")
+    pairs = []
+    for _ in range(3):
+        pair = {}
+        for label, interval in (("every_1s", 1000), ("none", 1e9)):
+            conf = {"topology.state.checkpoint.interval.ms": interval, "topology.acker.executors": 0}
+            pair[label] = run_words(words, 100_000, conf, until_acked=False).seconds
+        pairs.append(pair)
+    for label in ("every_1s", "none"):
+        print(f"state_checkpoint_{label}_words_per_second={args.words / min(p[label] for p in pairs):.0f}")
+    costs = sorted(p["every_1s"] / p["none"] - 1 for p in pairs)
+    print(f"state_checkpoint_every_1s_pair_costs={','.join(f'{c:.1%}' for c in costs)}")
+    print(f"state_checkpoint_every_1s_cost={costs[1]:.1%}")
 
     # A restart with 1M keys of state: from submit to the first acked tuple.
     first_ack = run_words(["k0000001"], 1_000_000, {}).first_ack
