@@ -9,10 +9,13 @@ called after each commit with what each commit-phase bolt emitted.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -114,7 +117,7 @@ class LiveTable:
         self._rates: dict[str, float] = {}
 
     def _moved(self, cid: str) -> int:
-        c = self.stats.of(cid)
+        c = self.stats.peek(cid)
         return c.emitted if self.topology.components[cid].kind == "spout" else c.executed
 
     def render(self) -> Table:
@@ -133,7 +136,7 @@ class LiveTable:
         for header in ("emitted", "executed", "acked", "failed", "per sec"):
             table.add_column(header, justify="right", no_wrap=True)
         for cid, spec in self.topology.components.items():
-            c = stats.of(cid)
+            c = stats.peek(cid)
             rate = rates.get(cid)
             table.add_row(
                 cid,
@@ -144,7 +147,7 @@ class LiveTable:
                 compact(rate) if rate is not None else "",
             )
         spouts = stats.spout_totals(list(self.topology.spouts))
-        errors = sum(stats.of(cid).errors for cid in self.topology.components)
+        errors = sum(stats.peek(cid).errors for cid in self.topology.components)
         table.caption = (
             f"waves {stats.waves} · pending trees {stats.pending} · worker restarts {stats.restarts}\n"
             f"timed out {spouts.timed_out} · malformed {spouts.malformed} · errors {errors}"
@@ -220,7 +223,17 @@ def run_file(
         squall_conf[cfg.SQUALL_UI_PORT], fallback = DEFAULT_UI_PORT, True  # no port asked for: any will do
     if ui and ui_host is not None:
         squall_conf[cfg.SQUALL_UI_HOST] = ui_host
+    interrupted = threading.Event()
+
+    def on_ctrl_c(signum, frame) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+        interrupted.set()  # the first: the loop below stops the topology as kill -w does
+
     with LocalCluster(squall_conf, ui_fallback=fallback) as cluster:
+        if threading.current_thread() is threading.main_thread():
+            # In place of PySpark's own handler, which cancels every job, the worker job too.
+            signal.signal(signal.SIGINT, on_ctrl_c)
         console.print(f"[bold]squall[/bold] running {name!r} on Spark {cluster.sc.version} ({cluster.sc.master})")
         if cluster.ui is not None:
             console.print(f"web UI at {cluster.ui.url}", highlight=False)
@@ -233,25 +246,27 @@ def run_file(
         model = run.topology  # the component graph, for either kind of topology
         table = LiveTable(run.stats, model)
         with Live(table.render(), console=console, refresh_per_second=2) as live:
-            try:
-                while True:
-                    time.sleep(0.25)
-                    live.update(table.render())
-                    if duration is not None and time.monotonic() - started >= duration:
-                        break
-                    if idle_secs and run.idle_for() >= idle_secs:
-                        break
-                    if name in cluster.failures:
-                        break
-                    if name not in cluster.runs:  # squall kill
-                        break
-                stop_wait = None
-            except KeyboardInterrupt:
-                console.print(f"interrupted: stopping, pending trees get up to {kill_wait:g}s")
-                stop_wait = kill_wait
-            if name in cluster.runs:
+            stop_wait = None
+            while True:
+                time.sleep(0.25)
+                live.update(table.render())
+                if interrupted.is_set():
+                    console.print(f"interrupted: stopping, pending trees get up to {kill_wait:g}s")
+                    stop_wait = kill_wait
+                    break
+                if duration is not None and time.monotonic() - started >= duration:
+                    break
+                if idle_secs and run.idle_for() >= idle_secs:
+                    break
+                if name in cluster.failures:
+                    break
+                if name not in cluster.runs:  # squall kill
+                    break
+            with contextlib.suppress(SquallError):  # squall kill may have got there first
                 cluster.kill_topology(name, stop_wait)
             live.update(table.render())
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         failure = cluster.failures.get(name)
     console.print()
     if failure is not None:

@@ -81,7 +81,8 @@ def test_word_count_on_a_standalone_cluster_survives_a_worker_kill_and_uses_a_ne
         driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         queue = data / "sentences.sqlite"
-        _wait(lambda: queue.exists() and _queue_counts(queue)["ready"] <= SENTENCES * 0.8, driver, "progress")
+        # Ready is 0 for a moment while the queue is being filled: progress is fewer ready than were put.
+        _wait(lambda: queue.exists() and 0 < _queue_counts(queue)["ready"] <= SENTENCES * 0.8, driver, "progress")
         acked_at_kill = SENTENCES - sum(_queue_counts(queue).values())
         standalone.kill_worker(0)  # the worker, its executor and its Python workers
         killed_at = time.monotonic()

@@ -53,6 +53,7 @@ class LocalCluster:
         self.failures: dict[str, TopologyFailed] = {}  # topologies a failure no retry can fix has stopped
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._lock = threading.RLock()
+        self._kill_lock = threading.Lock()
         self._state_dir: str | None = None
         self._checkpoint_dir: str | None = None
         self.sc, self._owns_context = spark_context(
@@ -161,27 +162,28 @@ class LocalCluster:
         """Stop a topology. With ``wait_secs``, as ``storm kill -w``: the spouts are deactivated, the pending
         trees get up to ``wait_secs`` to finish, and those still pending are then failed back to their spouts
         (a reliable source takes them back) before the topology closes."""
-        run = self.runs.get(name)
-        if run is None:
-            raise SquallError(f"no topology named {name!r} is running")
-        if wait_secs is not None and isinstance(run, TopologyRun):
-            with self._lock:
-                run.spout_host.set_active(False)
-            if wait_secs > 0:
-                self._drain(run, wait_secs)
-        thread, stop = self._threads.pop(name, (None, None))
-        if stop is not None:
-            stop.set()
-            thread.join()
-        with self._lock:
-            run = self.runs.pop(name, None)
+        with self._kill_lock:  # one kill at a time: a second one for the same topology finds it gone
+            run = self.runs.get(name)
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
-            if wait_secs is not None and isinstance(run, TopologyRun) and run.failure is None:
-                failed = run.fail_pending()
-                if failed:
-                    log.info("topology %s: %d tree(s) still pending after %ss, failed back", name, failed, wait_secs)
-            run.close()
+            if wait_secs is not None and isinstance(run, TopologyRun):
+                with self._lock:
+                    run.spout_host.set_active(False)
+                if wait_secs > 0:
+                    self._drain(run, wait_secs)
+            thread, stop = self._threads.pop(name, (None, None))
+            if stop is not None:
+                stop.set()
+                thread.join()
+            with self._lock:
+                if wait_secs is not None and isinstance(run, TopologyRun) and run.failure is None:
+                    failed = run.fail_pending()
+                    if failed:
+                        log.info("topology %s: %d tree(s) still pending after %ss failed back", name, failed, wait_secs)
+                try:
+                    run.close()
+                finally:
+                    self.runs.pop(name, None)
 
     def set_active(self, name: str, active: bool) -> None:
         """Storm's ``activate``/``deactivate``: resume or pause the topology's spouts."""

@@ -208,7 +208,7 @@ class TopologyRun:
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
         self.stats.pending = len(self.pending)
         self.stats.restarts = self.scheduler.recoveries
-        if emits or self.stats.pending:
+        if emits or self.stats.pending or not self.spout_host.wanted_active:  # paused is not idle
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = self.clock.now()
@@ -224,12 +224,15 @@ class TopologyRun:
         from any thread. A step that waited long (a worker being replaced) and then settled every tree starts
         the count when it ends, not when the step before it did."""
         since = self._idle_since
-        return 0.0 if since is None or len(self.pending) else self.clock.now() - since
+        if since is None or len(self.pending) or not self.spout_host.wanted_active:
+            return 0.0  # a deactivated topology is paused, not idle: it runs until activated or killed
+        return self.clock.now() - since
 
     def _apply(self, waves: list[CompletedWave]) -> int:
         """Fold in completed waves, in wave order: counters, errors, captured emits, then acks."""
         for wave in waves:
             self.stats.waves += 1
+            self.stats.wave_seconds += wave.seconds
             self.sizer.completed(wave.wave, wave.seconds)
             for (component, task), status in wave.status.items():
                 self.stats.of(component).add(status)

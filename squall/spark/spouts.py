@@ -74,6 +74,8 @@ class SpoutOutputCollector:
 
     def report_error(self, error: BaseException) -> None:
         log.error("spout %s task %d reported an error", self._component, self._task, exc_info=error)
+        self._host.stats.of(self._component).errors += 1
+        self._host.stats.of_task(self._component, self._task).errors += 1
         text = "".join(traceback.format_exception(error))
         self._host.stats.record_error(self._component, self._task, f"{self._component} task {self._task}: {text}")
 

@@ -6,6 +6,7 @@ component) whatever the number of tuples, 2 significant digits, from 1 µs to on
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class ComponentStats:
     state_seconds: float = 0.0  # its tasks' time saving them
     busy_seconds: float = 0.0  # a bolt's tasks' time executing tuples
     latencies: HdrHistogram = field(default_factory=latency_histogram, repr=False)  # microseconds
+    _latency_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, status) -> None:
         """Fold in one task's ``TaskStatus`` for a wave."""
@@ -54,14 +56,23 @@ class ComponentStats:
         exact = self.latencies.sub_bucket_count  # below this every value has a bucket of its own
         shift = np.maximum(np.floor(np.log2(np.maximum(micros, 1))).astype(np.int64) + 1 - (exact.bit_length() - 1), 0)
         values, counts = np.unique((micros >> shift) << shift, return_counts=True)
-        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
-            self.latencies.record_value(value, count)
+        with self._latency_lock:
+            for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+                self.latencies.record_value(value, count)
+
+    def latency_copy(self) -> HdrHistogram:
+        """A copy of the latency histogram, safe to read while the topology records more."""
+        copy = latency_histogram()
+        with self._latency_lock:
+            copy.add(self.latencies)
+        return copy
 
     def latency_percentile(self, q: float) -> float | None:
         """The ``q``-th percentile of complete latency in milliseconds (2 significant digits), if any."""
-        if not self.latencies.get_total_count():
-            return None
-        return self.latencies.get_value_at_percentile(q) / 1000.0
+        with self._latency_lock:
+            if not self.latencies.get_total_count():
+                return None
+            return self.latencies.get_value_at_percentile(q) / 1000.0
 
     @property
     def latency_count(self) -> int:
@@ -92,6 +103,7 @@ class RunStats:
     restarts: int = 0  # times the workers restarted from the last completed wave, after one was lost
     pending: int = 0
     state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
+    wave_seconds: float = 0.0  # the time waves were running: each completed wave's own time, summed
     tasks: dict[tuple[str, int], ComponentStats] = field(default_factory=dict)  # (component, task) -> its own
     errors: deque[ErrorReport] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))  # the last ones
 
@@ -100,6 +112,12 @@ class RunStats:
         if stats is None:
             stats = self.tasks[(component, task)] = ComponentStats()
         return stats
+
+    def peek(self, component: str, task: int | None = None) -> ComponentStats:
+        """A component's (or one task's) stats for a reader on another thread: never creates an entry, which
+        the run's own thread might be creating at the same moment."""
+        found = self.components.get(component) if task is None else self.tasks.get((component, task))
+        return found if found is not None else _EMPTY
 
     def record_error(self, component: str, task: int | None, text: str) -> None:
         self.errors.append(ErrorReport(component, task, time.time(), text))
@@ -113,11 +131,14 @@ class RunStats:
     def spout_totals(self, spouts: list[str]) -> ComponentStats:
         total = ComponentStats()
         for s in spouts:
-            c = self.of(s)
+            c = self.peek(s)
             total.emitted += c.emitted
             total.acked += c.acked
             total.failed += c.failed
             total.timed_out += c.timed_out
             total.malformed += c.malformed
-            total.latencies.add(c.latencies)
+            total.latencies.add(c.latency_copy())
         return total
+
+
+_EMPTY = ComponentStats()

@@ -24,8 +24,7 @@ class UIClient:
         self.timeout = timeout
 
     def _token(self) -> str:
-        parsed = urllib.parse.urlsplit(self.url)
-        path = token_path(parsed.hostname or "127.0.0.1", parsed.port or 80)
+        path = token_path(urllib.parse.urlsplit(self.url).port or 80)
         try:
             return path.read_text().strip()
         except OSError as exc:

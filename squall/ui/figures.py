@@ -3,8 +3,9 @@
 The shapes follow Storm UI's ``/api/v1/``: a summary per topology, a topology's
 spouts and bolts, and a component's tasks. Latencies come from the runs'
 bounded histograms, never from raw lists. A bolt's *capacity* is Storm's: the
-share of the time since the topology started that its busiest task spent
-executing tuples (near 1, the bolt is the bottleneck).
+share of the time waves were running that its busiest task spent executing
+tuples (near 1, the bolt is the bottleneck). A transactional topology's is over
+its uptime.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _spout_figures(c: ComponentStats) -> dict[str, Any]:
     }
 
 
-def _bolt_figures(c: ComponentStats, uptime: float) -> dict[str, Any]:
+def _bolt_figures(c: ComponentStats, running: float) -> dict[str, Any]:
     return {
         "executed": c.executed,
         "emitted": c.emitted,
@@ -77,17 +78,23 @@ def _bolt_figures(c: ComponentStats, uptime: float) -> dict[str, Any]:
         "failed": c.failed,
         "errors": c.errors,
         "executeLatencyMs": _ms(c.execute_latency_ms),
-        "capacity": round(c.busy_seconds / uptime, 3) if uptime else 0.0,
+        "capacity": round(c.busy_seconds / running, 3) if running else 0.0,
     }
+
+
+def running_secs(stats: RunStats, uptime: float) -> float:
+    """The time a bolt could have been busy: while waves ran (a transactional topology: its uptime)."""
+    return stats.wave_seconds or uptime
 
 
 def component_figures(topology: Topology, stats: RunStats, cid: str, uptime: float) -> dict[str, Any]:
     spec = topology.components[cid]
-    c = stats.of(cid)
-    figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, uptime)
+    c = stats.peek(cid)
+    running = running_secs(stats, uptime)
+    figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, running)
     if spec.kind == "bolt":  # Storm's capacity: the busiest task's
-        busy = max((stats.of_task(cid, t).busy_seconds for t in spec.tasks), default=0.0)
-        figures["capacity"] = round(busy / uptime, 3) if uptime else 0.0
+        busy = max((stats.peek(cid, t).busy_seconds for t in spec.tasks), default=0.0)
+        figures["capacity"] = round(busy / running, 3) if running else 0.0
     return {"id": cid, "type": spec.kind, "tasks": spec.parallelism, **figures}
 
 
@@ -100,8 +107,9 @@ def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]
         {"source": source, "target": target, "stream": stream, "grouping": grouping}
         for source, target, stream, grouping in edges(topology)
     ]
+    errors = list(stats.errors)  # one C-level copy: the run's thread may be appending
     detail["errors"] = [
-        {"component": e.component, "task": e.task, "time": e.time, "error": e.text} for e in reversed(stats.errors)
+        {"component": e.component, "task": e.task, "time": e.time, "error": e.text} for e in reversed(errors)
     ]
     if hasattr(run, "coordinator"):
         detail["transactional"] = transactional_figures(run)
@@ -114,12 +122,12 @@ def component_detail(name: str, run: Any, cid: str) -> dict[str, Any]:
     spec = topology.components[cid]
     rows = []
     for task in spec.tasks:
-        c = stats.of_task(cid, task)
-        figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, uptime)
+        c = stats.peek(cid, task)
+        figures = _spout_figures(c) if spec.kind == "spout" else _bolt_figures(c, running_secs(stats, uptime))
         rows.append({"task": task, **figures})
     detail["taskStats"] = rows
     detail["errors"] = [
-        {"task": e.task, "time": e.time, "error": e.text} for e in reversed(stats.errors) if e.component == cid
+        {"task": e.task, "time": e.time, "error": e.text} for e in reversed(list(stats.errors)) if e.component == cid
     ]
     return detail
 

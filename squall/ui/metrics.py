@@ -36,7 +36,7 @@ COUNTERS = (
 def _latency_histogram(name: str, labels: list[str], rows: Iterable[tuple[list[str], ComponentStats]]):
     family = HistogramMetricFamily(name, "Complete latency of spout tuples, emit to ack", labels=labels, unit="")
     for values, stats in rows:
-        hist = stats.latencies
+        hist = stats.latency_copy()  # the topology goes on recording into its own
         total = hist.get_total_count()
         cumulative, buckets = 0, []
         recorded = [(item.value_iterated_to, item.count_at_value_iterated_to) for item in hist.get_recorded_iterator()]
@@ -86,12 +86,12 @@ class TopologyCollector(Collector):
             waves.add_metric([name], stats.waves)
             restarts.add_metric([name], stats.restarts)
             for cid, spec in topology.components.items():
-                c = stats.of(cid)
+                c = stats.peek(cid)
                 for metric, _, attribute, kinds in COUNTERS:
                     if spec.kind in kinds:
                         counters[metric].add_metric([name, cid], getattr(c, attribute))
                         for task in spec.tasks:
-                            value = getattr(stats.of_task(cid, task), attribute)
+                            value = getattr(stats.peek(cid, task), attribute)
                             task_counters[metric].add_metric([name, cid, str(task)], value)
                 if spec.kind == "spout":
                     latency_rows.append(([name, cid], c))

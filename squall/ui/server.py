@@ -22,6 +22,7 @@ import errno
 import hmac
 import json
 import logging
+import math
 import os
 import secrets
 import socket
@@ -33,6 +34,8 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -44,18 +47,21 @@ from squall.ui.metrics import exposition
 log = logging.getLogger("squall.ui")
 
 EVENT_SECS = 1.0  # the page's figures are pushed this often
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def token_path(host: str, port: int) -> Path:
-    """Where the server on ``host:port`` keeps its token: ``~/.squall/ui/<host>-<port>.token``, owner-only."""
-    return Path.home() / ".squall" / "ui" / f"{host}-{port}.token"
+def token_path(port: int) -> Path:
+    """Where the server on ``port`` keeps its token: ``~/.squall/ui/<port>.token``, owner-only. By port alone,
+    so that ``localhost``, ``127.0.0.1`` and a server bound to every address all find it."""
+    return Path.home() / ".squall" / "ui" / f"{port}.token"
 
 
 def _write_token(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     temporary = path.with_suffix(f".tmp-{os.getpid()}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as out:
         out.write(token)
     os.replace(temporary, path)
@@ -94,9 +100,12 @@ class UIServer:
             self._socket = _bind(host, 0)
         self.host, self.port = host, self._socket.getsockname()[1]
         self.token = secrets.token_urlsafe(32)
-        self.token_file = token_path(host, self.port)
+        self.token_file = token_path(self.port)
         _write_token(self.token_file, self.token)
-        config = uvicorn.Config(self._app(), log_level="warning", access_log=False, lifespan="off")
+        self._closing = False
+        config = uvicorn.Config(
+            self._app(), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="squall-ui", daemon=True)
         self._thread.start()
@@ -110,6 +119,7 @@ class UIServer:
         asyncio.run(self._server.serve(sockets=[self._socket]))
 
     def close(self) -> None:
+        self._closing = True  # ends the event streams
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()
@@ -160,7 +170,7 @@ class UIServer:
             self._run(name)
 
             async def stream():
-                while not await request.is_disconnected():
+                while not self._closing and not await request.is_disconnected():
                     found = self._runs().get(name)
                     if found is None:
                         yield "event: gone\ndata: {}\n\n"
@@ -179,10 +189,13 @@ class UIServer:
                 try:
                     wait = float(request.query_params.get("wait", "0"))
                 except ValueError:
-                    return JSONResponse({"error": "wait must be a number of seconds"}, status_code=400)
-                if wait < 0:
-                    return JSONResponse({"error": "wait must be >= 0"}, status_code=400)
-                await run_in_threadpool(self.cluster.kill_topology, name, wait)
+                    wait = -1.0
+                if not (math.isfinite(wait) and wait >= 0):
+                    return JSONResponse({"error": "wait must be a number of seconds, >= 0"}, status_code=400)
+                try:
+                    await run_in_threadpool(self.cluster.kill_topology, name, wait)
+                except SquallError as exc:  # killed meanwhile, by another request or by squall run itself
+                    raise _NotFound(str(exc)) from None
             elif action in ("activate", "deactivate"):
                 try:
                     self.cluster.set_active(name, action == "activate")
@@ -199,7 +212,11 @@ class UIServer:
         async def not_found(request: Request, exc: Exception) -> Response:
             return JSONResponse({"error": str(exc)}, status_code=404)
 
+        middleware = []
+        if self.host in LOOPBACK:  # a page elsewhere that rebinds its name to 127.0.0.1 gets nothing
+            middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"]))
         return Starlette(
+            middleware=middleware,
             routes=[
                 Route("/", page),
                 Route("/api/v1/topology/summary", summary),
