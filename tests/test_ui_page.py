@@ -106,9 +106,14 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
 
         browser.get(f"{url}/#words")
 
+        def text_of(selector: str) -> str:
+            """The text of the first element ``selector`` finds, read in one script: the page redraws its tables
+            every second, so an element found in one call may be gone by the next."""
+            script = "const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : '';"
+            return browser.execute_script(script, selector)
+
         def shown(kind: str, component: str, figure: str) -> str:
-            cells = browser.find_elements("css selector", f'td[data-figure="{kind}:{component}:{figure}"]')
-            return cells[0].text if cells else ""
+            return text_of(f'td[data-figure="{kind}:{component}:{figure}"]')
 
         def page_matches_api() -> bool:
             detail = api(f"{url}/api/v1/topology/words")
@@ -121,18 +126,18 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
         wait_for(page_matches_api, "the page's figures to match the REST API")
         assert (shown("spout", "words", "acked"), shown("spout", "words", "failed")) == ("75", "25")
         assert shown("bolt", "count", "failed") == "25" and shown("bolt", "sink", "executed") == "75"
-        assert browser.find_element("css selector", 'td[data-figure="status"]').text == "ACTIVE"
-        assert browser.find_element("css selector", '[data-node="count"]').text.startswith("count")
-        edge = browser.find_element("css selector", '[data-edge="words->count"]').text
-        assert edge == "fields_grouping(['word'])"
+        assert text_of('td[data-figure="status"]') == "ACTIVE"
+        assert text_of('[data-node="count"]').startswith("count")
+        assert text_of('[data-edge="words->count"]') == "fields_grouping(['word'])"
 
         spout.fed.extend(["storm", "spark", "tuple", "acker"] * 50)  # the topology runs on: the page follows
         wait_for(lambda: run.stats.of("words").acked == 225, "the next 200 settled")
         wait_for(lambda: shown("spout", "words", "acked") == "225", "the page to show 225 acked")
         wait_for(page_matches_api, "the page's figures to match the REST API again")
 
-        browser.find_element("css selector", 'tr[data-component="count"] button').click()  # the count's tasks
-        wait_for(lambda: len(browser.find_elements("css selector", "#bolts tr.tasks")) == 2, "count's task rows")
+        browser.execute_script("document.querySelector('tr[data-component=\"count\"] button').click()")
+        count_rows = "return document.querySelectorAll('#bolts tr.tasks').length"
+        wait_for(lambda: browser.execute_script(count_rows) == 2, "count's task rows")
 
         screenshot = tmp_path / "web-ui.png"
         assert browser.save_screenshot(str(screenshot))
