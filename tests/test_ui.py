@@ -4,6 +4,7 @@ the spouts' emits and activate resumes them. Servers run on free loopback ports.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -283,3 +284,40 @@ def test_a_port_in_use_is_an_error_unless_any_port_will_do(spark):
         with LocalCluster({"squall.ui.port": port}, ui_fallback=True) as cluster:
             assert cluster.ui.port != port
             assert get(f"{cluster.ui.url}/api/v1/topology/summary") == {"topologies": []}
+
+
+class WaitForFile(BatchBolt):
+    """Holds its batch's processing until a file exists: a batch the test can watch in flight."""
+
+    outputs = ()
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def prepare(self, conf, context, collector, batch_id):
+        pass
+
+    def execute(self, tup):
+        pass
+
+    def finish_batch(self):
+        while not os.path.exists(self.path):
+            time.sleep(0.01)
+
+
+def test_an_attempt_in_flight_shows_its_phase_and_age(spark, tmp_path):
+    release = tmp_path / "release"
+    builder = TransactionalTopologyBuilder("tx-wait", "spout", MemoryTransactionalSpout({0: [["a"], ["b"]]}, ["w"], 2))
+    builder.set_bolt("wait", WaitForFile(str(release))).shuffle_grouping("spout")
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        cluster.submit_topology("tx", {}, builder.build())
+        url = f"{cluster.ui.url}/api/v1/topology/tx"
+        try:
+            in_process = lambda: [a for a in get(url)["transactional"]["inFlight"] if a["phase"] == "process"]  # noqa: E731
+            wait_for(in_process, "an attempt in its process phase")
+            first = in_process()[0]
+            assert first["txid"] == 1 and first["ageSeconds"] >= 0
+        finally:
+            release.touch()  # else the batch never ends, nor does the cluster's shutdown
+        wait_for(lambda: get(url)["transactional"]["lastCommittedTxid"] >= 1, "the commit")
+        assert 1 in [c["txid"] for c in get(url)["transactional"]["recentCommits"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import urllib.request
@@ -127,7 +128,7 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
         assert (shown("spout", "words", "acked"), shown("spout", "words", "failed")) == ("75", "25")
         assert shown("bolt", "count", "failed") == "25" and shown("bolt", "sink", "executed") == "75"
         assert text_of('td[data-figure="status"]') == "ACTIVE"
-        assert text_of('[data-node="count"]').startswith("count")
+        wait_for(lambda: re.fullmatch(r"count · \d+/s", text_of('[data-node="count"]')), "count's rate on the graph")
         assert text_of('[data-edge="words->count"]') == "fields_grouping(['word'])"
 
         spout.fed.extend(["storm", "spark", "tuple", "acker"] * 50)  # the topology runs on: the page follows
