@@ -114,6 +114,17 @@ def _fail(exc: Exception) -> None:
     sys.exit(1)
 
 
+def _control(url: str, name: str, action: str, done: str, wait: float | None = None) -> None:
+    """``action`` on topology ``name`` through the REST API, with the token; says ``done`` or why not."""
+    from squall.model.errors import SquallError
+
+    try:
+        _client(url).control(name, action, wait)
+    except SquallError as exc:
+        _fail(exc)
+    click.echo(f"{done} {name}")
+
+
 @main.command(name="list")
 @_url_option
 def list_topologies(url: str) -> None:
@@ -142,13 +153,7 @@ def list_topologies(url: str) -> None:
 def kill(name: str, wait: float, url: str) -> None:
     """Stop a topology as storm kill -w does: deactivate its spouts, let pending trees finish for up to WAIT
     seconds, fail those left back to their source, and close it."""
-    from squall.model.errors import SquallError
-
-    try:
-        _client(url).control(name, "kill", wait)
-    except SquallError as exc:
-        _fail(exc)
-    click.echo(f"killed {name}")
+    _control(url, name, "kill", "killed", wait)
 
 
 @main.command()
@@ -156,13 +161,7 @@ def kill(name: str, wait: float, url: str) -> None:
 @_url_option
 def deactivate(name: str, url: str) -> None:
     """Pause a topology's spouts (Storm's deactivate)."""
-    from squall.model.errors import SquallError
-
-    try:
-        _client(url).control(name, "deactivate")
-    except SquallError as exc:
-        _fail(exc)
-    click.echo(f"deactivated {name}")
+    _control(url, name, "deactivate", "deactivated")
 
 
 @main.command()
@@ -170,13 +169,7 @@ def deactivate(name: str, url: str) -> None:
 @_url_option
 def activate(name: str, url: str) -> None:
     """Resume a topology's spouts (Storm's activate)."""
-    from squall.model.errors import SquallError
-
-    try:
-        _client(url).control(name, "activate")
-    except SquallError as exc:
-        _fail(exc)
-    click.echo(f"activated {name}")
+    _control(url, name, "activate", "activated")
 
 
 @main.command()

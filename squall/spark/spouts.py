@@ -26,7 +26,7 @@ from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, Routes, direct_target
-from squall.spark.stats import RunStats
+from squall.spark.stats import RunStats, latency_buckets
 from squall.spark.trees import PendingTrees, Settlement
 
 log = logging.getLogger("squall")
@@ -73,11 +73,7 @@ class SpoutOutputCollector:
         self._host.emit(self._component, self._task, stream, values, msg_id, [task])
 
     def report_error(self, error: BaseException) -> None:
-        log.error("spout %s task %d reported an error", self._component, self._task, exc_info=error)
-        self._host.stats.of(self._component).errors += 1
-        self._host.stats.of_task(self._component, self._task).errors += 1
-        text = "".join(traceback.format_exception(error))
-        self._host.stats.record_error(self._component, self._task, f"{self._component} task {self._task}: {text}")
+        self._host.error(self._component, self._task, "reported an error", error)
 
     def report_malformed(self, what: str) -> None:
         """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
@@ -165,7 +161,7 @@ class SpoutHost:
                 try:
                     s.spout.next_tuple()
                 except Exception as exc:
-                    self._error(s, "next_tuple()", exc)
+                    self.error(s.component, s.task, "raised in next_tuple()", exc)
                     break
                 if self.emits == emitted:
                     break
@@ -214,9 +210,10 @@ class SpoutHost:
             tasks = np.array(acked.tasks)
             for task in np.unique(tasks).tolist():
                 mine = tasks == task
+                buckets = latency_buckets(latencies[mine])
                 for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
                     stats.acked += int(np.count_nonzero(mine))
-                    stats.record_latencies(latencies[mine])
+                    stats.record_buckets(*buckets)
             by_task = self._by_task
             for task, msg_id in zip(acked.tasks, acked.msg_ids, strict=True):
                 self._call(by_task[task], "ack", msg_id)
@@ -233,15 +230,16 @@ class SpoutHost:
         try:
             getattr(spout.spout, method)(*args)
         except Exception as exc:
-            self._error(spout, f"{method}({', '.join(map(repr, args))})", exc)
+            self.error(spout.component, spout.task, f"raised in {method}({', '.join(map(repr, args))})", exc)
 
-    def _error(self, spout: SpoutTask, call: str, error: Exception) -> None:
-        """A spout raised: counted, logged, and kept among the run's last errors; the topology goes on."""
-        self.stats.of(spout.component).errors += 1
-        self._task_stats[spout.task].errors += 1
-        log.error("spout %s task %d raised in %s", spout.component, spout.task, call, exc_info=error)
+    def error(self, component: str, task: int, what: str, error: BaseException) -> None:
+        """A spout task raised or reported ``error``: counted, logged, and kept among the run's last errors;
+        the topology goes on."""
+        self.stats.of(component).errors += 1
+        self._task_stats[task].errors += 1
+        log.error("spout %s task %d %s", component, task, what, exc_info=error)
         text = "".join(traceback.format_exception(error))
-        self.stats.record_error(spout.component, spout.task, f"{spout.component} task {spout.task}: {call}: {text}")
+        self.stats.record_error(component, task, f"{component} task {task} {what}: {text}")
 
     @property
     def wanted_active(self) -> bool:

@@ -22,6 +22,17 @@ def latency_histogram() -> HdrHistogram:
     return HdrHistogram(*LATENCY_RANGE_US, LATENCY_DIGITS)
 
 
+_EXACT = latency_histogram().sub_bucket_count  # below this every value has a bucket of its own
+
+
+def latency_buckets(seconds) -> tuple[np.ndarray, np.ndarray]:
+    """Latencies in seconds as ``(values, counts)`` in microseconds: each is rounded down to its histogram
+    bucket's lowest value (which changes nothing the histogram holds), and each bucket appears once."""
+    micros = np.clip(np.rint(np.asarray(seconds) * 1e6), *LATENCY_RANGE_US).astype(np.int64)
+    shift = np.maximum(np.floor(np.log2(np.maximum(micros, 1))).astype(np.int64) + 1 - (_EXACT.bit_length() - 1), 0)
+    return np.unique((micros >> shift) << shift, return_counts=True)
+
+
 @dataclass
 class ComponentStats:
     emitted: int = 0
@@ -50,12 +61,11 @@ class ComponentStats:
         self.busy_seconds += status.busy_seconds
 
     def record_latencies(self, seconds: list[float]) -> None:
-        """Many latencies at once: each is rounded down to its histogram bucket's lowest value (which
-        changes nothing the histogram holds), and each bucket is recorded once with its count."""
-        micros = np.clip(np.rint(np.asarray(seconds) * 1e6), *LATENCY_RANGE_US).astype(np.int64)
-        exact = self.latencies.sub_bucket_count  # below this every value has a bucket of its own
-        shift = np.maximum(np.floor(np.log2(np.maximum(micros, 1))).astype(np.int64) + 1 - (exact.bit_length() - 1), 0)
-        values, counts = np.unique((micros >> shift) << shift, return_counts=True)
+        """Many latencies at once."""
+        self.record_buckets(*latency_buckets(seconds))
+
+    def record_buckets(self, values: np.ndarray, counts: np.ndarray) -> None:
+        """Latencies as ``latency_buckets`` gives them: each bucket recorded once with its count."""
         with self._latency_lock:
             for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                 self.latencies.record_value(value, count)
