@@ -307,3 +307,13 @@ class SparkStandaloneCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def wait_for(condition, what: str, timeout: float = 120.0, process=None) -> None:
+    """Until ``condition()`` holds; fails naming ``what`` after ``timeout`` seconds, or at once when ``process``
+    (a ``Popen``) has ended."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process is None or process.poll() is None, f"the process ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.05)

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from servers import wait_for
 
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.model.errors import SquallError
@@ -104,13 +105,6 @@ def metric(text: str, name: str, **labels) -> float:
             if found == {k: str(v) for k, v in labels.items()}:
                 return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no sample {name}{labels} in the metrics")
-
-
-def wait_for(condition, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.02)
 
 
 def test_rest_api_and_metrics_give_exact_figures(spark):

@@ -8,10 +8,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
+from servers import wait_for
 
 from squall.cli import main
 from squall.connectors import ReliableQueue
@@ -30,12 +30,8 @@ def queue_counts(path: Path) -> dict[str, int]:
         queue.close()
 
 
-def wait_for(condition, driver, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert driver.poll() is None, f"the driver ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.1)
+def until(condition, driver, what: str) -> None:
+    wait_for(condition, what, timeout=300, process=driver)
 
 
 def cli(*args: str) -> str:
@@ -53,10 +49,10 @@ def test_kill_wait_leaves_every_sentence_acked_or_queued_and_the_driver_exits_0(
         driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
     try:
         found: list[str] = []
-        wait_for(lambda: found.extend(re.findall(r"web UI at (http://\S+)", log.read_text())) or found, driver, "UI")
+        until(lambda: found.extend(re.findall(r"web UI at (http://\S+)", log.read_text())) or found, driver, "UI")
         url = found[0]
         queue = data / "sentences.sqlite"
-        wait_for(lambda: queue.exists() and 0 < queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
+        until(lambda: queue.exists() and 0 < queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
 
         listed = cli("list", "--url", url)
         assert re.search(r"word-count\s+ACTIVE", listed), listed
@@ -67,10 +63,10 @@ def test_kill_wait_leaves_every_sentence_acked_or_queued_and_the_driver_exits_0(
         emitted = client.topology("word-count")["spouts"][0]["emitted"]
         waves = client.topology("word-count")["waves"]
         # Ticks every second keep waves going: 5 more outlast --idle-secs, and a paused topology is not idle.
-        wait_for(lambda: client.topology("word-count")["waves"] >= waves + 5, driver, "waves while deactivated")
+        until(lambda: client.topology("word-count")["waves"] >= waves + 5, driver, "waves while deactivated")
         assert client.topology("word-count")["spouts"][0]["emitted"] == emitted  # one call may have been under way
         cli("activate", "word-count", "--url", url)
-        wait_for(lambda: client.topology("word-count")["spouts"][0]["emitted"] > emitted, driver, "emits again")
+        until(lambda: client.topology("word-count")["spouts"][0]["emitted"] > emitted, driver, "emits again")
 
         assert "killed word-count" in cli("kill", "word-count", "--wait", "10", "--url", url)
         assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
@@ -95,7 +91,7 @@ def test_ctrl_c_stops_squall_run_as_kill_wait_does(tmp_path):
         driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
     try:
         queue = data / "sentences.sqlite"
-        wait_for(lambda: queue.exists() and 0 < queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
+        until(lambda: queue.exists() and 0 < queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
         driver.send_signal(signal.SIGINT)
         assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:

@@ -8,10 +8,11 @@ import json
 import os
 import re
 import shutil
-import time
 import urllib.request
+from functools import partial
 
 import pytest
+import servers
 from servers import require
 
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
@@ -72,11 +73,7 @@ def api(url: str) -> dict:
         return json.load(response)
 
 
-def wait_for(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.1)
+wait_for = partial(servers.wait_for, timeout=60)
 
 
 @pytest.fixture
