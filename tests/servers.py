@@ -241,6 +241,8 @@ class SparkStandaloneCluster:
             [*master, "--webui-port", str(self.ui_port)],
         )
         wait_for_port(self.port, self.master, "Spark master", timeout=60)
+        # Its web UI too, before any worker starts: a port only picked, not yet bound, could go to another.
+        wait_for_port(self.ui_port, self.master, "Spark master's web UI", timeout=60)
         self.workers: list[subprocess.Popen] = []
         self.work_dirs: list[Path] = []
         for _ in range(workers):
@@ -262,7 +264,7 @@ class SparkStandaloneCluster:
         work_dir = self.directory / f"worker-{index}"
         work_dir.mkdir()
         args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores", "1"]
-        args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", str(free_port())]
+        args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", "0"]  # any free port
         self.workers.append(self._spawn(f"worker-{index}", args))
         self.work_dirs.append(work_dir)
         self.wait_alive(self.alive() + 1)
