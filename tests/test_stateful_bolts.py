@@ -6,6 +6,7 @@ key."""
 import os
 import pickle
 import random
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -65,7 +66,7 @@ class Unsaveable(StatefulBolt):
         self.state = state
 
     def execute(self, tup):
-        self.state.put(tup[0], lambda: tup)  # a function cannot be pickled
+        self.state.put(tup[0], threading.Lock())  # a lock cannot be pickled
         self.collector.ack(tup)
 
 

@@ -10,7 +10,7 @@ starts over. A base map with deltas applied in order gives the state back.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,14 +104,14 @@ class KeyValueState:
         return StateDelta(puts, [key for key in deletes if key not in puts])
 
 
-def dump_delta(component: str, delta: StateDelta) -> bytes:
-    """``delta`` pickled; a key or value that cannot be pickled raises ``UnpicklableState`` naming it."""
+def dump_delta(component: str, delta: StateDelta, dumps: Callable[..., bytes] = pickle.dumps) -> bytes:
+    """``delta`` pickled by ``dumps``; a key or value that cannot be pickled raises ``UnpicklableState`` naming it."""
     try:
-        return pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(delta, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
         for key, value in delta.puts.items():
             try:
-                pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
+                dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as cause:
                 raise UnpicklableState(
                     f"bolt {component!r}: state key {key!r} or its value ({type(value).__name__}) cannot be pickled:"

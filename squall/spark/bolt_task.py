@@ -143,7 +143,7 @@ class BoltTask:
             started = time.perf_counter()
             try:
                 delta = self.state.take_changes()
-                blob = dump_delta(self.component, delta)
+                blob = dump_delta(self.component, delta, cloudpickle.dumps)
             except Exception as exc:
                 raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
             self.collector.status.state_changes = len(delta)

@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark import cloudpickle
+
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import SquallError
 from squall.model.fields import Fields
@@ -55,8 +57,8 @@ def _serializable(value: Any, depth: int = 0) -> bool:
         return all(_serializable(v, depth + 1) for v in value)
     if depth < 3 and isinstance(value, dict):
         return all(_serializable(k, depth + 1) and _serializable(v, depth + 1) for k, v in value.items())
-    try:
-        pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    try:  # as frames pickle it: instances of classes shipped by value (a test module's, a script's) travel too
+        cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return False
     return True

@@ -27,6 +27,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import cloudpickle  # values of classes shipped by value, as bolts' tasks send them
+
 from squall.model.state import StateDelta
 from squall.model.urls import redact
 
@@ -54,7 +56,7 @@ class FileStateProvider:
     def _write(self, path: str, record: dict) -> None:
         temporary = f"{path}.tmp-{os.getpid()}"
         with open(temporary, "wb") as out:
-            pickle.dump(record, out, protocol=pickle.HIGHEST_PROTOCOL)
+            cloudpickle.dump(record, out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -127,7 +129,7 @@ class RedisStateProvider:
         self._secret = _secret(key_file)
 
     def _sign(self, value: Any) -> bytes:
-        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         return hmac.new(self._secret, blob, hashlib.sha256).digest() + blob
 
     def _load(self, signed: bytes) -> Any:
