@@ -11,6 +11,13 @@ shuffle) and one that carries every word through a ``partitionBy`` shuffle to a
 counting ``mapPartitions``, which moves the data squall moves. Figures are
 ratios within this run. Prints one ``name=value`` per line.
 
+It also prints where the CPU goes in one acked run: the driver's own process
+(``driver_cpu_us_per_word``) against the run's Python workers, read from
+``/proc`` (``workers_cpu_us_per_word``); their ratio, ``driver_bound_worker_cores``,
+is how many worker cores one driver can keep busy. And the throughput with
+the count bolt's dict holding a 1,000,000-word vocabulary against a
+1,000-word one (``squall_vocabulary_1m_vs_1k_throughput``).
+
     python benchmarks/word_count.py [--words 2000000] [--master local[2]] [--tuned 1000,5000,20000]
 """
 
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import operator
+import os
 import random
 import threading
 import time
@@ -31,9 +39,52 @@ VOCABULARY = [f"w{i:04d}" for i in range(10_000)]
 WORDS_PER_SENTENCE = 8
 
 
-def make_sentences(words: int, seed: int = 7) -> list[str]:
+def make_sentences(words: int, seed: int = 7, vocabulary: list[str] = VOCABULARY) -> list[str]:
     rnd = random.Random(seed)
-    return [" ".join(rnd.choices(VOCABULARY, k=WORDS_PER_SENTENCE)) for _ in range(words // WORDS_PER_SENTENCE)]
+    return [" ".join(rnd.choices(vocabulary, k=WORDS_PER_SENTENCE)) for _ in range(words // WORDS_PER_SENTENCE)]
+
+
+# -- where the CPU goes: the driver's own process against the Python workers of this run ------------
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def python_workers_cpu_seconds() -> float:
+    """CPU seconds of the Python processes Spark started for this driver (its JVM's descendants), those reaped
+    included through their parents' ``cutime``/``cstime``."""
+    children, total = _children(), 0.0
+    stack = list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"python" not in f.read().split(b"\0", 1)[0]:
+                    continue
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # utime, stime, cutime, cstime
+    return total
+
+
+def cpu_per_word(sentences: list[str], conf: dict) -> tuple[float, float]:
+    """Microseconds of CPU per word in the driver's process and in the run's Python workers."""
+    driver, workers = time.process_time(), python_workers_cpu_seconds()
+    squall_throughput(sentences, conf)
+    words = len(sentences) * WORDS_PER_SENTENCE
+    return (time.process_time() - driver) / words * 1e6, (python_workers_cpu_seconds() - workers) / words * 1e6
 
 
 class Sentences(Spout):
@@ -225,6 +276,20 @@ def main() -> None:
     default_secs = min(default_secs, squall_throughput(sentences, {})[0])
     print(f"squall_acked_default_best_words_per_second={words / default_secs:.0f}")
     print(f"squall_default_vs_best_tuned_throughput={best / default_secs:.2f}")
+
+    driver_us, workers_us = cpu_per_word(sentences, {})
+    print(f"driver_cpu_us_per_word={driver_us:.2f}")
+    print(f"workers_cpu_us_per_word={workers_us:.2f}")
+    print(f"driver_bound_worker_cores={workers_us / driver_us:.1f}")
+
+    # State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one.
+    small = make_sentences(args.words, vocabulary=VOCABULARY[:1000])
+    large = make_sentences(args.words, vocabulary=[f"v{i:07d}" for i in range(1_000_000)])
+    small_secs = min(squall_throughput(small, {})[0] for _ in range(2))
+    large_secs = min(squall_throughput(large, {})[0] for _ in range(2))
+    print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
+    print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
+    print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
 
     rate = len(sentences) / default_secs / 2
     paced = sentences[: max(1, int(rate * args.latency_secs))]

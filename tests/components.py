@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, FailedException, Spout
@@ -296,8 +297,8 @@ class Unserializable(BasicBolt):
     outputs = ("v",)
 
     def execute(self, tup, collector):
-        if tup[0] == "lambda":
-            collector.emit([lambda: 1])
+        if tup[0] == "lock":
+            collector.emit([threading.Lock()])  # values travel by value, but a lock cannot travel at all
         elif tup[0] == "wrong-arity":
             collector.emit([1, 2])
         elif tup[0] == "undeclared":

@@ -380,3 +380,60 @@ def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_
         f"\nstandalone stateful: words={len(words)} driver_kills=3 worker_kills=1 duplicates={duplicates}"
         f" total={time.monotonic() - started:.0f}s"
     )
+
+
+# -- a cluster that shrinks keeps running, and one that grows is used -------------------------------
+def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads_out_when_one_joins(tmp_path):
+    """Two 1-core workers and no spare: SIGKILL one mid-run, and the run goes on on the survivor with nothing lost;
+    start a worker, and tasks move to it."""
+    sentences = 60_000
+    (tmp_path / "spark").mkdir()
+    spark = SparkStandaloneCluster(tmp_path / "spark", workers=2)
+    data, log = tmp_path / "data", tmp_path / "driver.log"
+    args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py")]
+    args += ["--master", spark.url, "--idle-secs", "5", "--no-ui"]
+    args += ["--conf", f"example.dir={data}", "--conf", f"example.sentences={sentences}"]
+    args += ["--conf", "topology.max.spout.pending=1000", "--conf", "squall.worker.replace.timeout.secs=5"]
+    started = time.monotonic()
+    with open(log, "w") as out:
+        driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        queue = data / "sentences.sqlite"
+
+        def acked() -> int:
+            return sentences - sum(_queue_counts(queue).values()) if queue.exists() else 0
+
+        _wait(lambda: queue.exists() and 0 < _queue_counts(queue)["ready"] <= sentences * 0.9, driver, "progress")
+        spark.kill_worker(0)  # its executor and Python workers with it; no core is left to replace it
+        killed_at, acked_at_kill = time.monotonic(), acked()
+        _wait(lambda: "running on 1 worker(s)" in log.read_text(), driver, "the shrink", timeout=120)
+        shrunk_at = time.monotonic()
+        _wait(lambda: acked() >= acked_at_kill + 2000, driver, "progress on the surviving worker")
+        acked_on_one = acked()
+        spark.add_worker()
+        _wait(lambda: "running on 2 worker(s)" in log.read_text(), driver, "the grow", timeout=120)
+        grown_at = time.monotonic()
+        driver.wait(timeout=600)
+        tasks_on_new_worker = spark.tasks_run_by(2)
+    finally:
+        try:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+        finally:
+            spark.stop()
+    output = log.read_text()
+    assert driver.returncode == 0, output[-5000:]
+    assert _queue_counts(data / "sentences.sqlite") == {"ready": 0, "pending": 0, "dead": 0}  # every sentence acked
+    example = _example()
+    exact = Counter(w for i in range(sentences) for w in example.SENTENCES[i % len(example.SENTENCES)].split(" "))
+    with sqlite3.connect(data / "word_counts.sqlite") as db:
+        counted = dict(db.execute("SELECT word, count FROM word_counts").fetchall())
+    assert set(counted) == set(exact)
+    assert {w: (counted[w], n) for w, n in exact.items() if counted[w] < n} == {}  # no count below the exact one
+    assert tasks_on_new_worker > 0  # the worker that joined hosts tasks again
+    print(
+        f"\nstandalone shrink and grow: sentences={sentences} acked_at_kill={acked_at_kill}"
+        f" shrink_after={shrunk_at - killed_at:.1f}s acked_on_one_worker={acked_on_one - acked_at_kill}"
+        f" grow_after_join={grown_at - shrunk_at:.1f}s duplicate_words={sum(counted.values()) - sum(exact.values())}"
+        f" tasks_on_new_worker={tasks_on_new_worker} total={time.monotonic() - started:.0f}s"
+    )

@@ -129,14 +129,14 @@ def test_bad_emits_name_the_component_and_stream(cluster, caplog):
     b.set_bolt("u", Unserializable()).shuffle_grouping("s")
     b.set_bolt("sink", AckAll()).shuffle_grouping("u")
     cluster.submit_topology("bad-emits", {}, b.build())
-    for v in ["lambda", "wrong-arity", "undeclared", "fine"]:
+    for v in ["lock", "wrong-arity", "undeclared", "fine"]:
         feeder.feed([v], v)
     with caplog.at_level(logging.ERROR, logger="squall"):
         cluster.wait_idle()
-    assert feeder.failed == {"lambda", "wrong-arity", "undeclared"} and feeder.acked == {"fine"}
+    assert feeder.failed == {"lock", "wrong-arity", "undeclared"} and feeder.acked == {"fine"}
     text = caplog.text
     assert "SerializationError: component 'u' emitted on stream 'default' a value that cannot be serialized" in text
-    assert "field 'v' is a function" in text
+    assert "field 'v' is a lock" in text
     assert "component 'u' emitted 2 value(s) on stream 'default', which declares 1 field(s) ['v']" in text
     assert "component 'u' emitted on undeclared stream 'nope'" in text
 

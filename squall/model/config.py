@@ -32,6 +32,8 @@ SQUALL_WAVE_MAX_INFLIGHT = "squall.wave.max.inflight"  # waves running at once
 SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt tasks (None: one per core, at most)
 SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
+# How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
+SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
@@ -61,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WORKERS: None,
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_WAVE_MAX_FAILURES: 5,
+    SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
@@ -169,6 +172,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WORKERS: _optional(_int_at_least(1)),
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
+    SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,

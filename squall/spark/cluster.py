@@ -28,6 +28,8 @@ from squall.spark.stats import RunStats
 
 log = logging.getLogger("squall")
 
+KILL_JOIN_SECS = 30.0  # a step interrupted by a kill returns within about a second; a spout call may not
+
 
 def is_local_path(url: str) -> bool:
     """A path on this machine's own filesystem (no scheme, or ``file:``)."""
@@ -52,6 +54,7 @@ class LocalCluster:
         self.runs: dict[str, TopologyRun] = {}
         self.failures: dict[str, TopologyFailed] = {}  # topologies a failure no retry can fix has stopped
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._fail_back: dict[str, bool] = {}  # killed with a wait: pending trees fail back as the run stops
         self._lock = threading.RLock()
         self._kill_lock = threading.Lock()
         self._state_dir: str | None = None
@@ -136,6 +139,15 @@ class LocalCluster:
             return run
 
     def _drive(self, run: TopologyRun, stop: threading.Event) -> None:
+        """The run's own thread: every spout call (``open`` to ``close``) and every step happen here."""
+        try:
+            self._steps(run, stop)
+        finally:
+            if isinstance(run, TopologyRun):
+                with self._lock:
+                    run.finish(self._fail_back.get(run.name, False))
+
+    def _steps(self, run: TopologyRun, stop: threading.Event) -> None:
         sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS]
         limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
@@ -167,23 +179,27 @@ class LocalCluster:
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
             if wait_secs is not None and isinstance(run, TopologyRun):
-                with self._lock:
-                    run.spout_host.set_active(False)
+                run.spout_host.set_active(False)  # applied by the run's thread, before its next spout call
                 if wait_secs > 0:
                     self._drain(run, wait_secs)
             thread, stop = self._threads.pop(name, (None, None))
-            if stop is not None:
+            fail_back = wait_secs is not None and isinstance(run, TopologyRun)
+            if stop is not None:  # the run's thread fails the pending trees back and closes the spouts
+                self._fail_back[name] = fail_back
                 stop.set()
-                thread.join()
+                if isinstance(run, TopologyRun):
+                    run.interrupt()  # a step waiting for a worker that will not come returns now
+                thread.join(KILL_JOIN_SECS)
+                if thread.is_alive():
+                    log.warning("topology %s: its thread did not stop within %ss; closing it", name, KILL_JOIN_SECS)
             with self._lock:
-                if wait_secs is not None and isinstance(run, TopologyRun) and run.failure is None:
-                    failed = run.fail_pending()
-                    if failed:
-                        log.info("topology %s: %d tree(s) still pending after %ss failed back", name, failed, wait_secs)
                 try:
+                    if stop is None and isinstance(run, TopologyRun):  # driven by the caller's thread
+                        run.finish(fail_back)
                     run.close()
                 finally:
                     self.runs.pop(name, None)
+                    self._fail_back.pop(name, None)
 
     def set_active(self, name: str, active: bool) -> None:
         """Storm's ``activate``/``deactivate``: resume or pause the topology's spouts."""

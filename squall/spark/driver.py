@@ -108,6 +108,7 @@ class TopologyRun:
             self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
             self.state_checkpoints.tasks if self.state_checkpoints is not None else frozenset(),
             restored,
+            self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
         )
         self.spout_host = SpoutHost(
             topology,
@@ -272,7 +273,23 @@ class TopologyRun:
         self.stats.pending = len(self.pending)
         return len(settlement)
 
+    def interrupt(self) -> None:
+        """From any thread: a step blocked waiting for workers returns at once, and so will every later one."""
+        self.scheduler.interrupt()
+
+    def finish(self, fail_pending: bool) -> None:
+        """On the run's own thread, as it stops: fail what is still pending back to the spouts (when asked, and
+        the run did not fail), then ``close`` the spouts."""
+        try:
+            self.spout_host.apply_activation()  # a kill with a wait deactivated the spouts
+            if fail_pending and self.failure is None:
+                failed = self.fail_pending()
+                if failed:
+                    log.info("topology %s: %d tree(s) still pending at the kill failed back", self.name, failed)
+        finally:
+            self.spout_host.close()
+
     def close(self) -> None:
-        self.spout_host.close()
+        self.spout_host.close()  # if finish() did not
         self.scheduler.close()
         self._broadcast.destroy()

@@ -110,6 +110,7 @@ class Hello:
     attempt: int
     pid: int
     host: str
+    launch: int = 0  # the worker job it belongs to: a job the driver gave up on may still say hello
 
 
 @dataclass(frozen=True, slots=True)

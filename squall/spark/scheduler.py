@@ -55,6 +55,7 @@ from squall.spark.worker import run_worker
 log = logging.getLogger("squall")
 
 READY_WARNING_SECS = 30.0
+GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class WaveInFlight:
     wave: int
     simulated_now: float | None
     checkpoint: int | None
-    batches: dict[int, list[Batch]]  # worker -> the driver's batches for its tasks
+    batches: dict[int, list[Batch]]  # bolt task -> the driver's batches for it
     sent_at: float
     tuples: int
     reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
@@ -122,15 +123,19 @@ class WaveScheduler:
         checkpoint_interval: int,
         stateful_tasks: frozenset[int] = frozenset(),
         restored: dict[int, dict] | None = None,
+        replace_timeout: float = 10.0,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
         self.workers = workers
+        self.wanted_workers = workers  # what the run started with; after a shrink, what it grows back to
+        self.replace_timeout = replace_timeout
+        self.interrupted = threading.Event()  # set by a kill: polls return at once
         self.stateful_tasks = stateful_tasks  # their acks wait for a checkpoint (stateful.py)
         self.max_failures = max_failures
         self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
-        index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
-        self.placement = {t: index[t] % workers for t in self.tasks} if workers else {}
+        self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
+        self.placement = self._placement(workers)
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
         self.states: dict[int, tuple[int, dict]] = {task: (0, state) for task, state in (restored or {}).items()}
@@ -142,6 +147,7 @@ class WaveScheduler:
         self.ready = False
         self.failures_in_a_row = 0
         self.recoveries = 0
+        self.resizes = 0  # times the run started again on another number of workers
         self.failure: TopologyFailed | None = None
         self._connections: dict[int, int] = {}  # worker -> connection
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -149,17 +155,31 @@ class WaveScheduler:
         self._job: threading.Thread | None = None
         self._closing = False
         self._waiting_since = time.monotonic()
+        self._lost_at: float | None = None  # when the run lost a worker it has not replaced yet
+        self._executors_seen = self._executors()  # when it last chose its worker count
+        self._grow_checked_at = time.monotonic()
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
         self.hub = Hub(hub_host(sc)) if workers else None
         if workers:
             self._launch()
+
+    def _placement(self, workers: int) -> dict[int, int]:
+        """Bolt task *i* of every component on worker *i* mod ``workers``."""
+        return {t: self._task_index[t] % workers for t in self.tasks} if workers else {}
+
+    def _executors(self) -> int:
+        """Executors the application has now (the driver's own block manager included)."""
+        try:
+            return len(self.sc._jsc.sc().statusTracker().getExecutorInfos())
+        except Exception:  # the context is stopping
+            return 0
 
     # -- the worker job -----------------------------------------------------------
     def _launch(self) -> None:
         self._launches += 1
         launch, hub, workers = self._launches, self.hub, self.workers
         group = f"squall-workers-{self.settings.run_id}-{launch}"
-        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, hub.secret)
+        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, hub.secret, launch)
 
         def job() -> None:
             error = None
@@ -174,31 +194,49 @@ class WaveScheduler:
         self._job = threading.Thread(target=job, name=f"squall-job-{self.name}", daemon=True)
         self._job.start()
 
+    def _relaunch(self, workers: int, why: str) -> None:
+        """Start the run again on ``workers`` workers, every task from the last completed wave's state, as
+        Nimbus reassigns a lost worker's executors to the slots that remain: the job's workers are stopped,
+        what is left of it is cancelled, and a new job is launched."""
+        log.warning("topology %s: %s; running on %d worker(s) (was %d)", self.name, why, workers, self.workers)
+        self.hub.send([(connection, Stop()) for connection in self._connections.values()])
+        self.sc.cancelJobGroup(self._group)
+        self._connections.clear()
+        self.ready = False
+        self.workers = workers
+        self.placement = self._placement(workers)
+        self._executors_seen = self._executors()
+        self._lost_at = time.monotonic()  # a worker of the new job that never comes leads to another shrink
+        self.resizes += 1
+        self._launch()
+
     # -- sending ------------------------------------------------------------------
     def send(self, inputs: dict[int, list[Batch]], simulated_now: float | None, checkpoint: int | None = None) -> int:
         """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them. Returns the wave number."""
         wave = self.next_wave
         self.next_wave += 1
-        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.workers)}
+        per_task: dict[int, list[Batch]] = {}
         tuples = 0
         for task in self.tasks:
-            batches = inputs.get(task) or [Batch(0, wave, DRIVER, "", DRIVER, task)]
+            batches = per_task[task] = inputs.get(task) or [Batch(0, wave, DRIVER, "", DRIVER, task)]
             for batch in batches:
                 batch.wave = wave
                 tuples += len(batch.values)
             batches[-1].last = True
-            per_worker[self.placement[task]].extend(batches)
-        flight = WaveInFlight(wave, simulated_now, checkpoint, per_worker, time.monotonic(), tuples)
+        flight = WaveInFlight(wave, simulated_now, checkpoint, per_task, time.monotonic(), tuples)
         self.inflight[wave] = flight
         if self.ready:
             self._send_wave(flight)
         return wave
 
     def _send_wave(self, flight: WaveInFlight) -> None:
-        messages = []
-        for worker, batches in flight.batches.items():
+        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.workers)}
+        for task, batches in flight.batches.items():  # by where the tasks live now: a resize moves them
             for batch in batches:
                 batch.generation = self.generation
+            per_worker[self.placement[task]].extend(batches)
+        messages = []
+        for worker, batches in per_worker.items():
             messages.append(
                 (
                     self._connections[worker],
@@ -218,7 +256,10 @@ class WaveScheduler:
             self.inflight.clear()
             return done
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._check_workers()
         while True:
+            if self.interrupted.is_set():
+                return done
             block = len(self.inflight) > wait_for
             try:
                 if block:
@@ -229,7 +270,7 @@ class WaveScheduler:
             except Exception:  # queue.Empty
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     return done
-                self._check_ready()
+                self._check_workers()
                 continue
             self._handle(event, done)
             if self.failure is not None:
@@ -254,6 +295,9 @@ class WaveScheduler:
             self._job_ended(event.error)
 
     def _hello(self, connection: int, hello: Hello) -> None:
+        if hello.launch != self._launches or hello.worker >= self.workers:  # of a job given up on
+            self.hub.close_connection(connection)
+            return
         previous = self._connections.get(hello.worker)
         self._connections[hello.worker] = connection
         if previous is not None:  # a retried attempt: the old connection is dead, whatever it says
@@ -265,6 +309,8 @@ class WaveScheduler:
     def _lost(self, why: str) -> None:
         if self.ready:
             log.warning("topology %s: %s; the waves in flight will run again", self.name, why)
+        if self.ready or self._lost_at is None:
+            self._lost_at = time.monotonic()
         self.ready = False
         self._waiting_since = time.monotonic()
         self.failures_in_a_row += 1
@@ -276,6 +322,8 @@ class WaveScheduler:
 
     def _job_ended(self, error: BaseException | None) -> None:
         self._connections.clear()
+        if self.ready or self._lost_at is None:
+            self._lost_at = time.monotonic()
         self.ready = False
         if error is None:
             error = RuntimeError("the worker job ended while the topology was running")
@@ -291,6 +339,28 @@ class WaveScheduler:
         self.failures_in_a_row += 1
         log.warning("topology %s: the worker job failed; launching it again", self.name, exc_info=error)
         self._launch()
+
+    def _check_workers(self) -> None:
+        """Shrink onto the workers that remain when a lost one is not replaced within the replace timeout;
+        grow back when executors joined since the run last chose its size."""
+        if self.hub is None or self._closing:
+            return
+        now = time.monotonic()
+        if not self.ready:
+            lost_for = now - self._lost_at if self._lost_at is not None else 0.0
+            if lost_for > self.replace_timeout and 0 < len(self._connections) < self.workers:
+                self._relaunch(
+                    len(self._connections),
+                    f"{self.workers - len(self._connections)} worker(s) not replaced within {self.replace_timeout}s",
+                )
+            self._check_ready()
+        elif self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
+            self._grow_checked_at = now
+            executors = self._executors()
+            if executors > self._executors_seen:
+                self._relaunch(self.wanted_workers, f"{executors - self._executors_seen} executor(s) joined")
+            else:
+                self._executors_seen = executors  # one lost since is not a reason to grow when it comes back
 
     def _check_ready(self) -> None:
         if not self.ready and time.monotonic() - self._waiting_since > READY_WARNING_SECS:
@@ -325,6 +395,7 @@ class WaveScheduler:
         ]
         self.hub.send(messages)
         self.ready = True
+        self._lost_at = None
         for flight in self.inflight.values():
             flight.reports.clear()
             self._send_wave(flight)
@@ -389,14 +460,21 @@ class WaveScheduler:
         return self.snapshots[task]
 
     # -- stopping -----------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Make any poll, now or later, return at once: the run is being killed."""
+        self.interrupted.set()
+        if self.hub is not None:
+            self.hub.events.put(None)  # wakes a poll waiting for events
+
     def close(self, timeout: float = 10.0) -> None:
+        """Stop the workers; a job that does not end (a worker waits for a core) is cancelled."""
         self.checkpointer.close()
         if self.hub is None:
             return
         self._closing = True
         self.hub.send([(connection, Stop()) for connection in self._connections.values()])
         if self._job is not None:
-            self._job.join(timeout)
+            self._job.join(timeout if self.ready else min(timeout, 1.0))
             if self._job.is_alive():
                 self.sc.cancelJobGroup(self._group)
                 self._job.join(timeout)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
+from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.protocol import DRIVER, Batch
@@ -83,13 +84,15 @@ class SpoutOutputCollector:
 
 
 class SpoutTask:
+    """One spout task. ``open`` is called by ``SpoutHost.open``, on the thread that makes every later call."""
+
     def __init__(self, host: SpoutHost, topology: Topology, conf: dict, component: str, task: int) -> None:
         self.component, self.task = component, task
         spec = topology.components[component]
         self.spout = copy.deepcopy(spec.obj)
+        self.conf = {**conf, **spec.conf}
         self.context = TopologyContext(topology, component, task)
         self.collector = SpoutOutputCollector(host, topology, component, task)
-        self.spout.open({**conf, **spec.conf}, self.context, self.collector)
 
 
 class SpoutHost:
@@ -121,6 +124,8 @@ class SpoutHost:
             for task in spec.tasks
         ]
         self._by_task = {s.task: s for s in self.tasks}
+        self.opened = False
+        self.closed = False
         self._component_stats = {component: stats.of(component) for component in topology.spouts}
         self._task_stats = {s.task: stats.of_task(s.component, s.task) for s in self.tasks}
 
@@ -142,16 +147,24 @@ class SpoutHost:
             self._captured[component].append(values)
         return targets
 
+    def open(self) -> None:
+        """``open`` on every spout task, once, on the calling thread: the run's own, which makes every later
+        call (Storm runs a spout task's methods on one thread). What ``open`` raises stops the run."""
+        if self.opened:
+            return
+        self.opened = True
+        for s in self.tasks:
+            try:
+                s.spout.open(s.conf, s.context, s.collector)
+            except Exception as exc:
+                raise TopologyFailed(f"spout {s.component!r} task {s.task}: open() raised {exc!r}") from exc
+
     def call(self, calls_per_task: int) -> int:
         """Up to ``calls_per_task`` ``next_tuple`` calls per spout task, each task stopping at its pending budget
         or when a call emits nothing; returns the emits."""
+        self.open()
         before = self.emits
-        if self._wanted_active != self.active:
-            self.active = self._wanted_active
-            hook = "activate" if self.active else "deactivate"
-            for s in self.tasks:
-                if hasattr(s.spout, hook):  # optional: a spout need only have next_tuple
-                    self._call(s, hook)
+        self.apply_activation()
         per_task = self.trees.per_task if self.trees is not None else None
         for s in self.tasks if self.active else ():
             for _ in range(calls_per_task):
@@ -172,6 +185,15 @@ class SpoutHost:
             self._task_stats[task].acked += 1
             self._call(spout, "ack", msg_id)
         return self.emits - before
+
+    def apply_activation(self) -> None:
+        """Tell the spouts what ``set_active`` asked last, if it changed (``activate`` or ``deactivate``)."""
+        if self._wanted_active != self.active and self.opened and not self.closed:
+            self.active = self._wanted_active
+            hook = "activate" if self.active else "deactivate"
+            for s in self.tasks:
+                if hasattr(s.spout, hook):  # optional: a spout need only have next_tuple
+                    self._call(s, hook)
 
     def take_wave(self) -> dict[int, list[Batch]]:
         """The driver's batches for the next wave, per target task. Each copy of a tracked spout tuple gets its
@@ -252,6 +274,10 @@ class SpoutHost:
         self._wanted_active = active
 
     def close(self) -> None:
+        """``close`` on every spout task that was opened, once."""
+        if self.closed or not self.opened:
+            return
+        self.closed = True
         for s in self.tasks:
             try:
                 s.spout.close()

@@ -237,7 +237,9 @@ class Worker:
                 keep_live(hosted.task)
 
 
-def run_worker(run_id: str, topology_bc: Any, address: tuple[str, int], secret: bytes, index: int, _rows) -> list:
+def run_worker(
+    run_id: str, topology_bc: Any, address: tuple[str, int], secret: bytes, launch: int, index: int, _rows
+) -> list:
     """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away."""
     shipped = load_shipped(run_id, topology_bc)
     context = TaskContext.get()
@@ -245,7 +247,7 @@ def run_worker(run_id: str, topology_bc: Any, address: tuple[str, int], secret: 
     channel = WorkerChannel(address, secret)
     worker = Worker(shipped, channel, index)
     try:
-        channel.send(Hello(index, attempt, os.getpid(), socket.gethostname()))
+        channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch))
         try:
             worker.serve()
         except TaskSetupError as exc:
