@@ -30,6 +30,7 @@ import random
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.spark.context import spark_context
@@ -53,7 +54,7 @@ def _children() -> dict[int, list[int]]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
@@ -69,10 +70,9 @@ def python_workers_cpu_seconds() -> float:
         pid = stack.pop()
         stack.extend(children.get(pid, []))
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"python" not in f.read().split(b"\0", 1)[0]:
-                    continue
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            if b"python" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]:
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # utime, stime, cutime, cstime
