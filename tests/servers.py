@@ -280,7 +280,7 @@ class SparkStandaloneCluster:
     def alive(self) -> int:
         try:
             return sum(w["state"] == "ALIVE" for w in self.state()["workers"])
-        except OSError:
+        except (OSError, ValueError):  # not serving yet, or not yet its JSON (a page while it starts)
             return 0
 
     def wait_alive(self, count: int, timeout: float = 60) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder
 
@@ -74,3 +75,46 @@ def test_every_spout_call_runs_on_the_thread_that_opened_it(spark, tmp_path):
     assert [m for m, _, _ in calls if m not in ("ack", "fail")] == ["open", "deactivate", "close"]
     assert [n for m, n, _ in calls if m == "fail"] == []
     assert len({thread for _, _, thread in calls}) == 1  # open, every ack, deactivate and close: one thread
+
+
+class Numbers(Spout):
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        self.collector.emit([self.next], msg_id=self.next)
+        self.next += 1
+
+
+def test_a_kill_returns_within_its_wait_when_the_workers_never_get_cores(spark):
+    """Three workers asked of two cores: the third never starts, so no wave completes. A kill with a wait still
+    returns, cancels the worker job, and leaves the cores to the next topology."""
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", Numbers())
+    builder.set_bolt("pass", Pass(), 3).shuffle_grouping("numbers")
+    conf = {"squall.workers": 3, "squall.worker.replace.timeout.secs": 3600}
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("starved", conf, builder.build())
+        deadline = time.monotonic() + 60
+        while run.stats.of("numbers").emitted == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.stats.of("numbers").emitted > 0 and run.stats.of("pass").executed == 0
+        started = time.monotonic()
+        killer = threading.Thread(target=cluster.kill_topology, args=("starved", 2.0), daemon=True)
+        killer.start()
+        killer.join(timeout=60)
+        assert not killer.is_alive(), "kill_topology did not return"
+        took = time.monotonic() - started
+        assert run.stats.of("numbers").failed == run.stats.of("numbers").emitted  # every tree failed back
+
+        again = TopologyBuilder()  # the cores are free again: a topology after it runs
+        again.set_spout("numbers", SqliteLogSpout(str(Path(cluster._own_dir("sqlite-")) / "calls.sqlite")))
+        again.set_bolt("pass", Pass(), 2).shuffle_grouping("numbers")
+        after = cluster.submit_topology("after", {}, again.build())
+        deadline = time.monotonic() + 120
+        while after.stats.of("numbers").acked < MESSAGES and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert after.stats.of("numbers").acked == MESSAGES
+    print(f"\nkill of a starved topology returned in {took:.1f}s (wait 2s)")
