@@ -147,7 +147,6 @@ class WaveScheduler:
         self.ready = False
         self.failures_in_a_row = 0
         self.recoveries = 0
-        self.resizes = 0  # times the run started again on another number of workers
         self.failure: TopologyFailed | None = None
         self._connections: dict[int, int] = {}  # worker -> connection
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -207,7 +206,6 @@ class WaveScheduler:
         self.placement = self._placement(workers)
         self._executors_seen = self._executors()
         self._lost_at = time.monotonic()  # a worker of the new job that never comes leads to another shrink
-        self.resizes += 1
         self._launch()
 
     # -- sending ------------------------------------------------------------------
@@ -309,9 +307,7 @@ class WaveScheduler:
     def _lost(self, why: str) -> None:
         if self.ready:
             log.warning("topology %s: %s; the waves in flight will run again", self.name, why)
-        if self.ready or self._lost_at is None:
-            self._lost_at = time.monotonic()
-        self.ready = False
+        self._not_ready()
         self._waiting_since = time.monotonic()
         self.failures_in_a_row += 1
         self.recoveries += 1
@@ -320,11 +316,15 @@ class WaveScheduler:
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
             log.error("%s", self.failure)
 
-    def _job_ended(self, error: BaseException | None) -> None:
-        self._connections.clear()
+    def _not_ready(self) -> None:
+        """Waves wait for the workers; the replace timeout counts from the first loss since the run was ready."""
         if self.ready or self._lost_at is None:
             self._lost_at = time.monotonic()
         self.ready = False
+
+    def _job_ended(self, error: BaseException | None) -> None:
+        self._connections.clear()
+        self._not_ready()
         if error is None:
             error = RuntimeError("the worker job ended while the topology was running")
         why = (
