@@ -355,12 +355,12 @@ def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_
                 break
             wanted = gone() + rnd.randint(200, 700)
             _wait(lambda wanted=wanted: gone() >= wanted, driver, f"progress of driver {kill + 1}")
-            if kill == 1:  # a Spark worker dies under this driver, which goes on on the other and a new one
+            if kill == 1:  # a Spark worker dies under this driver, which goes on on the other, then a new one too
                 victim = next(i for i, p in enumerate(standalone.workers) if p.poll() is None)
                 standalone.kill_worker(victim)
-                standalone.add_worker()
-                wanted = gone() + 200
+                wanted = gone() + 200  # on the survivor alone, before any worker is added back
                 _wait(lambda wanted=wanted: gone() >= wanted, driver, "progress after the worker kill")
+                standalone.add_worker()
         finally:
             if driver.poll() is None:
                 os.killpg(driver.pid, signal.SIGKILL)
