@@ -114,6 +114,7 @@ class TestCluster(LocalCluster):
     """A ``LocalCluster`` on simulated time; waves run only when the test asks."""
 
     __test__ = False  # not a pytest test class
+    spouts_in_process = True  # a test reads what its spouts saw, as Storm's tests do in one JVM
 
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
         super().__init__(conf, clock=SimulatedClock())

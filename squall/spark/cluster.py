@@ -42,7 +42,12 @@ class LocalCluster:
     ``squall.spark.master`` says otherwise.
 
     Use it as a context manager, or call ``shutdown()``.
+
+    Spout tasks run on the workers, as Storm's spout executors do: a spout's attributes live there. To see what
+    a spout saw, use a store, the metrics, or ``TestCluster``, which runs its spouts in the test's own process.
     """
+
+    spouts_in_process = False  # TestCluster runs its spouts in the test's process
 
     def __init__(
         self, conf: dict[str, Any] | None = None, clock: Clock | None = None, ui_fallback: bool = False
@@ -123,7 +128,15 @@ class LocalCluster:
 
             run = TransactionalRun(name, topology, self._run_conf(conf, topology.topology.conf), self.sc, self.clock)
         elif isinstance(topology, Topology):
-            run = TopologyRun(name, topology, self._run_conf(conf, topology.conf), self.sc, self.clock, capture)
+            run = TopologyRun(
+                name,
+                topology,
+                self._run_conf(conf, topology.conf),
+                self.sc,
+                self.clock,
+                capture,
+                spouts_on_workers=not self.spouts_in_process,
+            )
         else:
             raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")
         self.runs[name] = run
@@ -179,7 +192,7 @@ class LocalCluster:
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
             if wait_secs is not None and isinstance(run, TopologyRun):
-                run.spout_host.set_active(False)  # applied by the run's thread, before its next spout call
+                run.set_active(False)  # applied by the run's thread, before its next spout call
                 if wait_secs > 0:
                     self._drain(run, wait_secs)
             thread, stop = self._threads.pop(name, (None, None))
@@ -208,7 +221,7 @@ class LocalCluster:
             raise SquallError(f"no topology named {name!r} is running")
         if not isinstance(run, TopologyRun):
             raise SquallError(f"topology {name!r} is transactional: its spouts cannot be deactivated")
-        run.spout_host.set_active(active)
+        run.set_active(active)
 
     def rebalance(self, name: str, parallelism: dict[str, int], wait_secs: float | None = None) -> TopologyRun:
         """Change components' parallelism, as ``storm rebalance -e`` does: the spouts are deactivated, the trees
@@ -221,7 +234,7 @@ class LocalCluster:
         topology = run.topology.with_parallelism(parallelism)
         wait = run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS] if wait_secs is None else wait_secs
         with self._lock:
-            run.spout_host.set_active(False)
+            run.set_active(False)
         self._drain(run, wait)
         conf, capture = dict(run.conf), run.capture
         self.kill_topology(name)

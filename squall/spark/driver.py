@@ -43,7 +43,7 @@ from squall.spark.protocol import RunSettings
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
-from squall.spark.spouts import SpoutHost
+from squall.spark.spouts import DriverOutbox, SpoutHost
 from squall.spark.stateful import StateCheckpoints
 from squall.spark.stats import RunStats
 from squall.spark.trees import PendingTrees
@@ -67,7 +67,14 @@ class WaveInfo:
 
 class TopologyRun:
     def __init__(
-        self, name: str, topology: Topology, conf: dict, sc: SparkContext, clock: Clock, capture: bool = False
+        self,
+        name: str,
+        topology: Topology,
+        conf: dict,
+        sc: SparkContext,
+        clock: Clock,
+        capture: bool = False,
+        spouts_on_workers: bool = False,
     ) -> None:
         self.name = name
         self.topology = topology
@@ -80,7 +87,12 @@ class TopologyRun:
         self.captured: dict[str, list[tuple]] = defaultdict(list)
         self.num_ackers: int = self.conf[cfg.TOPOLOGY_ACKER_EXECUTORS]
         self.acking = self.num_ackers > 0
-        self.trees = PendingTrees(self.num_ackers) if self.acking else None
+        self.spouts_on_workers = spouts_on_workers and bool(topology.bolts)
+        self.trees = PendingTrees(self.num_ackers) if self.acking and not self.spouts_on_workers else None
+        self.outbox = DriverOutbox()  # the driver's tuples for the next wave: ticks, and spout emits if here
+        self._rotations_due = 0  # timeout rotations for the spouts' workers to apply, with the next wave
+        self._wanted_active = True
+        self._fail_back = False
         self.timeout: float = self.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         self.timeouts = self.conf[cfg.TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS]
         self.started_at = clock.now()
@@ -96,13 +108,15 @@ class TopologyRun:
         self.state_checkpoints = self._state_checkpoints()
         # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
         restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}
-        self._broadcast = ship_topology(sc, topology, self.conf, list(topology.bolts))  # spouts stay here
+        shipped = list(topology.components) if self.spouts_on_workers else list(topology.bolts)
+        self._broadcast = ship_topology(sc, topology, self.conf, shipped)
+        settings = RunSettings(self.run_id, self._seed, self.acking, capture, self.num_ackers, self.spouts_on_workers)
         self.scheduler = WaveScheduler(
             sc,
             topology,
-            RunSettings(self.run_id, self._seed, self.acking, capture),
+            settings,
             self._broadcast,
-            worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS]),
+            worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS], self.spouts_on_workers),
             self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
             name,
             self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
@@ -118,10 +132,13 @@ class TopologyRun:
             clock,
             self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING],
             self.captured if capture else None,
+            tasks=[] if self.spouts_on_workers else None,
+            outbox=self.outbox,
         )
 
     @property
     def spouts(self):
+        """The spout tasks in this process (none when they run on the workers)."""
         return self.spout_host.tasks
 
     @property
@@ -130,8 +147,24 @@ class TopologyRun:
 
     @property
     def pending(self):
-        """Pending trees (``len``, and ``get(root)``: its spout task, message id and emit time)."""
+        """Pending trees in this process (``len``, and ``get(root)``: its spout task, message id and emit time)."""
         return self.trees if self.trees is not None else {}
+
+    @property
+    def pending_count(self) -> int:
+        """Trees pending, wherever their spout tasks run."""
+        return self.stats.pending if self.spouts_on_workers else len(self.pending)
+
+    @property
+    def wanted_active(self) -> bool:
+        """What ``set_active`` asked last."""
+        return self._wanted_active
+
+    def set_active(self, active: bool) -> None:
+        """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples. Each spout task is
+        told on the thread that makes its calls, before its next one."""
+        self._wanted_active = active
+        self.spout_host.set_active(active)
 
     def _state_checkpoints(self) -> StateCheckpoints | None:
         stateful = [c for c, spec in self.topology.bolts.items() if isinstance(spec.obj, StatefulBolt)]
@@ -168,14 +201,17 @@ class TopologyRun:
         return min(times) if times else None
 
     def _fire_timers(self, now: float) -> None:
-        while self.timeouts and self.trees is not None and now >= self.next_rotation:
-            self.spout_host.settle(self.trees.rotate())
+        while self.timeouts and self.acking and now >= self.next_rotation:
+            if self.trees is not None:
+                self.spout_host.settle(self.trees.rotate())
+            else:  # the ackers and spout tasks are on the workers: they rotate with the next wave
+                self._rotations_due += 1
             self.next_rotation += self.timeout
         for bolt, schedule in self._ticks.items():
             freq, due = schedule
             while now >= due:
                 for task in self.topology.task_ids(bolt):
-                    self.spout_host.outbox.batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,))
+                    self.outbox.batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,))
                 due += freq
             schedule[1] = due
 
@@ -196,6 +232,8 @@ class TopologyRun:
                 raise
 
     def _step(self, now: float) -> WaveInfo:
+        if self.spouts_on_workers:
+            return self._step_on_workers(now)
         self._fire_timers(now)
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         emits = self.spout_host.call(self.sizer.calls_per_spout_task())
@@ -215,6 +253,28 @@ class TopologyRun:
             self._idle_since = self.clock.now()
         return WaveInfo(emits, delivered, completed)
 
+    def _step_on_workers(self, now: float) -> WaveInfo:
+        """A wave whose spout calls happen on the workers: every step sends one, as each may bring emits."""
+        self._fire_timers(now)
+        before = self.stats.spout_emits_seen
+        completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
+        inputs = self.outbox.take()
+        ticks = sum(len(b.values) for batches in inputs.values() for b in batches)
+        checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
+        calls = self.sizer.calls_per_spout_task() if self._wanted_active else 0
+        rotations, self._rotations_due = self._rotations_due, 0
+        simulated = self.clock.now() if self.clock.simulated else None
+        self.wave = self.scheduler.send(inputs, simulated, checkpoint, calls, rotations, self._wanted_active)
+        completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))
+        emits = self.stats.spout_emits_seen - before
+        self.stats.restarts = self.scheduler.recoveries
+        if emits or self.stats.pending or not self._wanted_active:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = self.clock.now()
+        # Idle when the waves that completed brought nothing: the caller may pause before the next one.
+        return WaveInfo(emits, emits + ticks, completed if emits or ticks or self.stats.pending else 0)
+
     @property
     def state_waiting(self) -> bool:
         """Stateful bolts' changes or acks wait for a checkpoint."""
@@ -225,7 +285,7 @@ class TopologyRun:
         from any thread. A step that waited long (a worker being replaced) and then settled every tree starts
         the count when it ends, not when the step before it did."""
         since = self._idle_since
-        if since is None or len(self.pending) or not self.spout_host.wanted_active:
+        if since is None or self.pending_count or not self._wanted_active:
             return 0.0  # a deactivated topology is paused, not idle: it runs until activated or killed
         return self.clock.now() - since
 
@@ -234,6 +294,9 @@ class TopologyRun:
         for wave in waves:
             self.stats.waves += 1
             self.stats.wave_seconds += wave.seconds
+            if self.spouts_on_workers:
+                self.sizer.sent(wave.wave, wave.spout_emits)
+                self._apply_spouts(wave)
             self.sizer.completed(wave.wave, wave.seconds)
             for (component, task), status in wave.status.items():
                 self.stats.of(component).add(status)
@@ -256,16 +319,37 @@ class TopologyRun:
             if self.state_checkpoints is not None:
                 started = time.perf_counter()
                 released = self.state_checkpoints.completed(
-                    wave.checkpoint, wave.state_deltas, wave.held_acks, self.scheduler.states
+                    wave.checkpoint, wave.state_deltas, wave.held_acks, self.scheduler.states, wave.holds_acks
                 )
                 self.stats.state_seconds += time.perf_counter() - started + wave.state_apply_seconds
-                if released is not None and self.trees is not None and len(released):
+                if released is not None and self.spouts_on_workers:
+                    self.scheduler.release(wave.wave)  # the ackers on the workers apply the acks it held
+                elif released is not None and self.trees is not None and len(released):
                     self.spout_host.settle(self.trees.merge_acks(released))
         return len(waves)
 
+    def _apply_spouts(self, wave: CompletedWave) -> None:
+        """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""
+        self.stats.pending = wave.pending
+        self.stats.spout_emits_seen += wave.spout_emits
+        for task, (component, status) in wave.spouts.items():
+            for stats in (self.stats.of(component), self.stats.of_task(component, task)):
+                stats.emitted += status.emitted
+                stats.acked += status.acked
+                stats.failed += status.failed
+                stats.timed_out += status.timed_out
+                stats.malformed += status.malformed
+                stats.errors += len(status.errors)
+                if status.latencies is not None:
+                    stats.add_latencies(status.latencies)
+            for text in status.errors:
+                log.error("spout error in topology %s: %s", self.name, text)
+                self.stats.record_error(component, task, text)
+
     def fail_pending(self) -> int:
-        """Fail every pending tree back to its spout (``fail(msg_id)``), as a topology stopping cleanly does
-        with what did not finish in time; returns how many."""
+        """Fail every pending tree in this process back to its spout (``fail(msg_id)``), as a topology stopping
+        cleanly does with what did not finish in time; returns how many. Spout tasks on the workers fail theirs
+        as the run closes (``finish``)."""
         if self.trees is None:
             return 0
         settlement = self.trees.fail_all()
@@ -280,6 +364,7 @@ class TopologyRun:
     def finish(self, fail_pending: bool) -> None:
         """On the run's own thread, as it stops: fail what is still pending back to the spouts (when asked, and
         the run did not fail), then ``close`` the spouts."""
+        self._fail_back = fail_pending and self.failure is None  # for the spout tasks on the workers
         try:
             self.spout_host.apply_activation()  # a kill with a wait deactivated the spouts
             if fail_pending and self.failure is None:
@@ -291,5 +376,5 @@ class TopologyRun:
 
     def close(self) -> None:
         self.spout_host.close()  # if finish() did not
-        self.scheduler.close()
+        self.scheduler.close(fail_pending=self._fail_back)
         self._broadcast.destroy()

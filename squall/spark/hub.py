@@ -1,11 +1,14 @@
-"""The driver's end of the data plane: a TCP server the run's workers connect to.
+"""The driver's end of the control plane: a TCP server the run's workers connect to.
 
-It runs an asyncio loop on a thread of its own. Frames addressed to a worker
-are forwarded by their header, never unpickled, in the order they arrived;
-frames addressed to the driver are unpickled (only after the connection proved
-it knows the run's secret) and queued for the driver as ``Received`` events. A
-connection that closes becomes a ``Disconnected`` event. Writes never block the
-loop: each connection buffers what it has not sent yet.
+It carries control only: registration, assignments, wave markers, reports and
+errors. Tuples go from worker to worker over their own links (``links.py``);
+a frame addressed to anyone but the driver is refused, and the connection
+closed.
+
+It runs an asyncio loop on a thread of its own. Frames are unpickled only after
+the connection proved it knows the run's secret, and queued for the driver as
+``Received`` events. A connection that closes becomes a ``Disconnected`` event.
+Writes never block the loop: each connection buffers what it has not sent yet.
 """
 
 from __future__ import annotations
@@ -82,16 +85,14 @@ class Hub:
             while True:
                 length, destination = HEADER.unpack(await reader.readexactly(HEADER.size))
                 payload = await reader.readexactly(length)
-                if destination == TO_DRIVER:
-                    message = pickle.loads(payload)
-                    if isinstance(message, Hello):
-                        worker = message.worker
-                        self._workers[worker] = connection
-                    self.events.put(Received(connection, message))
-                else:
-                    target = self._writers.get(self._workers.get(destination, -1))
-                    if target is not None:  # else the worker is gone; its waves will be replayed
-                        target.write(HEADER.pack(length, destination) + payload)
+                if destination != TO_DRIVER:
+                    log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
+                    return
+                message = pickle.loads(payload)
+                if isinstance(message, Hello):
+                    worker = message.worker
+                    self._workers[worker] = connection
+                self.events.put(Received(connection, message))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:

@@ -4,16 +4,21 @@ Every message is a named, slotted dataclass; nothing is read by position.
 
 * ``Hello``        worker -> driver: a worker task (attempt) has connected.
 * ``Assign``       driver -> worker: the tasks it hosts, where every task lives, and the state to start from.
-* ``WaveInput``    driver -> worker: a wave begins; the driver's tuples (spout emits, ticks) for its tasks.
-* ``Batch``        task -> task: a producer's tuples for one target task in one wave; ``last`` ends its part.
+* ``WaveInput``    driver -> worker: a wave begins: its spout calls, timeouts due, the driver's tuples (ticks).
+* ``Commit``       driver -> worker: a wave completed; the ackers apply its acks.
+* ``Release``      driver -> worker: a stateful checkpoint completed; the acks it held are applied.
+* ``AckerInput``   bolt task -> acker's worker: one wave's acks for the acker tasks there.
+* ``SpoutReport``  worker -> driver: its spout tasks' counters for one wave.
+* ``Batch``        task -> task, worker to worker: a producer's tuples for one target task in one wave; ``last``
+                   ends its part.
 * ``TaskReport``   worker -> driver: a task finished a wave: its counters, ``AckBatch`` and new snapshot.
 * ``AckBatch``     a task's ack messages of one wave, XOR-reduced per root (vectorized), inside its report.
 * ``Stop``         driver -> worker: the run is over.
 
-On the wire a frame is an 8-byte header (payload length, destination worker or
-``TO_DRIVER``) and a pickle. The hub forwards frames between workers by their
-header without unpickling them. The first bytes a worker sends are the run's
-secret; nothing from a connection is unpickled before it matches.
+On the wire a frame is an 8-byte header (payload length, destination) and a
+pickle. ``Batch``es go from worker to worker over the links of ``links.py``;
+the driver's hub carries control only. The first bytes of every connection are
+the run's secret; nothing from a connection is unpickled before it matches.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -102,6 +108,8 @@ class RunSettings:
     seed: int  # with the wave and the task, seeds a task's edge ids
     acking: bool
     capture: bool
+    num_ackers: int = 0  # topology.acker.executors
+    spouts_on_workers: bool = False  # else the driver's process runs the spouts (TestCluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +119,7 @@ class Hello:
     pid: int
     host: str
     launch: int = 0  # the worker job it belongs to: a job the driver gave up on may still say hello
+    address: tuple[str, int] | None = None  # where it listens for its peers' links
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +133,10 @@ class Assign:
     tasks: list[int]
     base_wave: int
     snapshots: dict[int, Snapshot | None]
+    peers: dict[int, tuple[str, int]] = field(default_factory=dict)  # every worker -> where it listens
+    spout_tasks: list[int] = field(default_factory=list)  # the spout tasks it hosts, when spouts run on workers
+    ackers: list[int] = field(default_factory=list)  # the acker tasks it hosts
+    acker_workers: dict[int, int] = field(default_factory=dict)  # every acker task -> the worker that hosts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +148,38 @@ class WaveInput:
     simulated_now: float | None
     batches: list[Batch]
     checkpoint: int | None = None  # stateful bolts' pre_commit(checkpoint) runs at the end of this wave
+    spout_calls: int = 0  # next_tuple calls each spout task here may get in this wave
+    rotations: int = 0  # timeout rotations due before them
+    active: bool = True  # False: the spouts are deactivated
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Driver -> every worker: wave ``wave`` completed; the acks its tasks sent the ackers may be applied."""
+
+    generation: int
+    wave: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Driver -> every worker: the checkpoint holding stateful tasks' state as of wave ``wave`` is complete; the
+    acks they sent up to that wave may be applied."""
+
+    generation: int
+    wave: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckerInput:
+    """Bolt task -> an acker task's worker: the task's acks of one wave for the acker tasks there (possibly none:
+    one is sent every wave, so the worker knows when it has them all). A stateful task's are ``held``."""
+
+    generation: int
+    wave: int
+    task: int
+    acks: AckBatch
+    held: bool
 
 
 # -- acks ----------------------------------------------------------------------------------
@@ -240,6 +285,31 @@ class TaskReport:
     captured: list[tuple]  # default-stream emits, when testing asks for them
 
 
+@dataclass(slots=True)
+class SpoutStatus:
+    """What one spout task did since its last report."""
+
+    emitted: int = 0
+    acked: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    malformed: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies: bytes | None = None  # complete latencies, an encoded HdrHistogram
+
+
+@dataclass(frozen=True, slots=True)
+class SpoutReport:
+    """Worker -> driver: the spout tasks here made their calls of wave ``wave``."""
+
+    generation: int
+    wave: int
+    worker: int
+    spouts: dict[int, tuple[str, SpoutStatus]]  # spout task -> its component and status
+    pending: int  # trees of the spout tasks here still pending
+    emits: int  # in this wave
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerFailed:
     """A worker task that cannot go on (its component does not unpickle, ``prepare()`` raised)."""
@@ -250,7 +320,7 @@ class WorkerFailed:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    pass
+    fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
 
 
 def encode(message: Any, destination: int) -> bytes:
@@ -259,8 +329,27 @@ def encode(message: Any, destination: int) -> bytes:
     return HEADER.pack(len(payload), destination) + payload
 
 
+def read_frames(stream: BinaryIO, inbox: Any, closed: Any = ...) -> None:
+    """Unpickle frames from ``stream`` into ``inbox`` until it ends; then put ``closed``, unless it is ``...``."""
+    try:
+        while True:
+            header = stream.read(HEADER.size)
+            if len(header) < HEADER.size:
+                break
+            length, _ = HEADER.unpack(header)
+            payload = stream.read(length)
+            if len(payload) < length:
+                break
+            inbox.put(pickle.loads(payload))
+    except (OSError, ValueError):  # the connection was closed under the reader
+        pass
+    finally:
+        if closed is not ...:
+            inbox.put(closed)
+
+
 class WorkerChannel:
-    """A worker task's blocking connection to the driver's hub."""
+    """A worker task's connection to the driver's hub: control messages only."""
 
     def __init__(self, address: tuple[str, int], secret: bytes) -> None:
         self._sock = socket.create_connection(address)
@@ -268,19 +357,19 @@ class WorkerChannel:
         self._sock.sendall(secret)
         self._reader = self._sock.makefile("rb", buffering=1 << 20)
 
-    def send(self, message: Any, destination: int = TO_DRIVER) -> None:
-        self._sock.sendall(encode(message, destination))
+    @property
+    def local_host(self) -> str:
+        """This end's address: the interface the worker reaches the driver through."""
+        return self._sock.getsockname()[0]
 
-    def receive(self) -> Any:
-        """The next message, or None when the driver closed the connection."""
-        header = self._reader.read(HEADER.size)
-        if len(header) < HEADER.size:
-            return None
-        length, _ = HEADER.unpack(header)
-        payload = self._reader.read(length)
-        if len(payload) < length:
-            return None
-        return pickle.loads(payload)
+    def send(self, message: Any) -> None:
+        self._sock.sendall(encode(message, TO_DRIVER))
+
+    def start_reading(self, inbox: Any) -> None:
+        """Put every message from the driver into ``inbox`` on a thread of its own; ``None`` once it closes."""
+        threading.Thread(
+            target=read_frames, args=(self._reader, inbox, None), name="squall-hub-in", daemon=True
+        ).start()
 
     def close(self) -> None:
         try:

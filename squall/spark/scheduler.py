@@ -41,9 +41,13 @@ from squall.spark.protocol import (
     AckBatch,
     Assign,
     Batch,
+    Commit,
     Hello,
+    Release,
     RunSettings,
     Snapshot,
+    SpoutReport,
+    SpoutStatus,
     Stop,
     TaskReport,
     TaskStatus,
@@ -51,6 +55,7 @@ from squall.spark.protocol import (
     WorkerFailed,
 )
 from squall.spark.worker import run_worker
+from squall.spark.worker_spouts import acker_placement, spout_placement
 
 log = logging.getLogger("squall")
 
@@ -72,7 +77,11 @@ class WaveInFlight:
     batches: dict[int, list[Batch]]  # bolt task -> the driver's batches for it
     sent_at: float
     tuples: int
+    spout_calls: int = 0
+    rotations: int = 0
+    active: bool = True
     reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
+    spout_reports: dict[int, SpoutReport] = field(default_factory=dict)  # worker -> its spout tasks' report
 
 
 @dataclass
@@ -87,18 +96,24 @@ class CompletedWave:
     checkpoint: int | None
     status: dict[tuple[str, int], TaskStatus]
     captured: dict[tuple[str, int], list[tuple]]
+    spouts: dict[int, tuple[str, SpoutStatus]] = field(default_factory=dict)  # when spouts run on the workers
+    spout_emits: int = 0
+    pending: int = 0  # trees pending at the spout tasks, as of this wave
+    holds_acks: bool = False  # stateful tasks sent acks that wait for a checkpoint at their ackers
 
 
-def worker_count(sc: SparkContext, topology: Topology, wanted: int | None) -> int:
-    """Workers for the run: as asked, else one per task of the widest bolt, at most one per executor core.
+def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, spouts_on_workers: bool = False) -> int:
+    """Workers for the run: as asked, else one per task of the widest bolt (or spout, when spouts run on the
+    workers), at most one per executor core.
 
     Each worker holds its core while the topology runs, as a Storm topology holds its worker slots.
     """
-    if not topology.bolts:
+    components = {**topology.bolts, **(topology.spouts if spouts_on_workers else {})}
+    if not topology.bolts and not (spouts_on_workers and topology.spouts):
         return 0
     if wanted:
         return wanted
-    widest = max(spec.parallelism for spec in topology.bolts.values())
+    widest = max(spec.parallelism for spec in components.values())
     return max(1, min(widest, sc.defaultParallelism))
 
 
@@ -135,6 +150,7 @@ class WaveScheduler:
         self.max_failures = max_failures
         self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
         self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
+        self.spouts_on_workers = settings.spouts_on_workers
         self.placement = self._placement(workers)
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
@@ -149,6 +165,7 @@ class WaveScheduler:
         self.recoveries = 0
         self.failure: TopologyFailed | None = None
         self._connections: dict[int, int] = {}  # worker -> connection
+        self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
         self._launches = 0
         self._job: threading.Thread | None = None
@@ -163,7 +180,14 @@ class WaveScheduler:
             self._launch()
 
     def _placement(self, workers: int) -> dict[int, int]:
-        """Bolt task *i* of every component on worker *i* mod ``workers``."""
+        """Bolt task *i* of every component on worker *i* mod ``workers``; when spouts run on the workers, the
+        acker tasks and the spout tasks too (``worker_spouts.py``)."""
+        if self.spouts_on_workers:
+            acking = self.settings.acking
+            self.acker_workers = acker_placement(self.settings.num_ackers, workers) if acking else {}
+            self.spout_workers = spout_placement(self.topology, self.acker_workers, workers)
+        else:
+            self.acker_workers, self.spout_workers = {}, {}
         return {t: self._task_index[t] % workers for t in self.tasks} if workers else {}
 
     def _executors(self) -> int:
@@ -209,8 +233,18 @@ class WaveScheduler:
         self._launch()
 
     # -- sending ------------------------------------------------------------------
-    def send(self, inputs: dict[int, list[Batch]], simulated_now: float | None, checkpoint: int | None = None) -> int:
-        """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them. Returns the wave number."""
+    def send(
+        self,
+        inputs: dict[int, list[Batch]],
+        simulated_now: float | None,
+        checkpoint: int | None = None,
+        spout_calls: int = 0,
+        rotations: int = 0,
+        active: bool = True,
+    ) -> int:
+        """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them; when spouts run on the
+        workers, each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations. Returns the
+        wave number."""
         wave = self.next_wave
         self.next_wave += 1
         per_task: dict[int, list[Batch]] = {}
@@ -221,7 +255,9 @@ class WaveScheduler:
                 batch.wave = wave
                 tuples += len(batch.values)
             batches[-1].last = True
-        flight = WaveInFlight(wave, simulated_now, checkpoint, per_task, time.monotonic(), tuples)
+        flight = WaveInFlight(
+            wave, simulated_now, checkpoint, per_task, time.monotonic(), tuples, spout_calls, rotations, active
+        )
         self.inflight[wave] = flight
         if self.ready:
             self._send_wave(flight)
@@ -238,7 +274,16 @@ class WaveScheduler:
             messages.append(
                 (
                     self._connections[worker],
-                    WaveInput(self.generation, flight.wave, flight.simulated_now, batches, flight.checkpoint),
+                    WaveInput(
+                        self.generation,
+                        flight.wave,
+                        flight.simulated_now,
+                        batches,
+                        flight.checkpoint,
+                        flight.spout_calls,
+                        flight.rotations,
+                        flight.active,
+                    ),
                 )
             )
         self.hub.send(messages)
@@ -279,6 +324,8 @@ class WaveScheduler:
             message = event.message
             if isinstance(message, TaskReport):
                 self._report(message, done)
+            elif isinstance(message, SpoutReport):
+                self._spout_report(message, done)
             elif isinstance(message, Hello):
                 self._hello(event.connection, message)
             elif isinstance(message, WorkerFailed):
@@ -298,6 +345,7 @@ class WaveScheduler:
             return
         previous = self._connections.get(hello.worker)
         self._connections[hello.worker] = connection
+        self._addresses[hello.worker] = hello.address
         if previous is not None:  # a retried attempt: the old connection is dead, whatever it says
             self.hub.close_connection(previous)
             self._lost(f"worker {hello.worker} started again (attempt {hello.attempt})")
@@ -389,6 +437,10 @@ class WaveScheduler:
                     self.placement_of_worker[worker],
                     self.applied,
                     {t: self.snapshot_of(t) for t in self.placement_of_worker[worker]},
+                    {w: self._addresses[w] for w in self._connections},
+                    [t for t, w in self.spout_workers.items() if w == worker],
+                    [a for a, w in self.acker_workers.items() if w == worker],
+                    self.acker_workers,
                 ),
             )
             for worker, connection in self._connections.items()
@@ -396,6 +448,12 @@ class WaveScheduler:
         self.hub.send(messages)
         self.ready = True
         self._lost_at = None
+        if self.spouts_on_workers:
+            # The spouts' tuples of the waves in flight are not kept: their trees fail back to the spout tasks,
+            # which replay them, and the next wave follows the last completed one.
+            self.inflight.clear()
+            self.next_wave = self.applied + 1
+            return
         for flight in self.inflight.values():
             flight.reports.clear()
             self._send_wave(flight)
@@ -407,17 +465,39 @@ class WaveScheduler:
         if flight is None or report.task in flight.reports:
             raise RuntimeError(f"{report.component} task {report.task} reported wave {report.wave} twice")
         flight.reports[report.task] = report
+        self._complete_in_order(done)
+
+    def _spout_report(self, report: SpoutReport, done: list[CompletedWave]) -> None:
+        if report.generation != self.generation:
+            return
+        flight = self.inflight.get(report.wave)
+        if flight is None or report.worker in flight.spout_reports:
+            raise RuntimeError(f"worker {report.worker} reported the spouts of wave {report.wave} twice")
+        flight.spout_reports[report.worker] = report
+        self._complete_in_order(done)
+
+    def _complete_in_order(self, done: list[CompletedWave]) -> None:
+        spout_reports = len(set(self.spout_workers.values()))
         while self.inflight:
             first = next(iter(self.inflight.values()))
-            if len(first.reports) < len(self.tasks):
+            if len(first.reports) < len(self.tasks) or len(first.spout_reports) < spout_reports:
                 break
             del self.inflight[first.wave]
             done.append(self._complete(first))
+            if self.spouts_on_workers:  # its acks may be applied at the ackers
+                self.hub.send([(c, Commit(self.generation, first.wave)) for c in self._connections.values()])
+
+    def release(self, wave: int) -> None:
+        """A checkpoint holding the stateful tasks' state as of ``wave`` is complete: the acks they sent up to it
+        may be applied."""
+        if self.hub is not None and self.spouts_on_workers:
+            self.hub.send([(c, Release(self.generation, wave)) for c in self._connections.values()])
 
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
         status, captured, acks, held, deltas, applying = {}, {}, [], [], {}, 0.0
+        holds_acks = False
         for task, report in flight.reports.items():
             if report.snapshot is not None and report.snapshot.delta:
                 started = time.perf_counter()
@@ -432,6 +512,11 @@ class WaveScheduler:
             if report.captured:
                 captured[(report.component, task)] = report.captured
             (held if task in self.stateful_tasks else acks).append(report.acks)
+            if task in self.stateful_tasks and (report.status.acked or report.status.failed or report.status.emitted):
+                holds_acks = True
+        spouts: dict[int, tuple[str, SpoutStatus]] = {}
+        for spout_report in flight.spout_reports.values():
+            spouts.update(spout_report.spouts)
         # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
         self.checkpointer.completed(
             flight.wave, lambda: {t: self.snapshots[t] for t in self.tasks if t not in self.states}
@@ -450,6 +535,10 @@ class WaveScheduler:
             flight.checkpoint,
             status,
             captured,
+            spouts,
+            sum(r.emits for r in flight.spout_reports.values()),
+            sum(r.pending for r in flight.spout_reports.values()),
+            holds_acks,
         )
 
     def snapshot_of(self, task: int) -> Snapshot | None:
@@ -466,13 +555,14 @@ class WaveScheduler:
         if self.hub is not None:
             self.hub.events.put(None)  # wakes a poll waiting for events
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the workers; a job that does not end (a worker waits for a core) is cancelled."""
+    def close(self, timeout: float = 10.0, fail_pending: bool = False) -> None:
+        """Stop the workers (their spouts failing their pending trees back first, with ``fail_pending``); a job
+        that does not end (a worker waits for a core) is cancelled."""
         self.checkpointer.close()
         if self.hub is None:
             return
         self._closing = True
-        self.hub.send([(connection, Stop()) for connection in self._connections.values()])
+        self.hub.send([(connection, Stop(fail_pending)) for connection in self._connections.values()])
         if self._job is not None:
             self._job.join(timeout if self.ready else min(timeout, 1.0))
             if self._job.is_alive():

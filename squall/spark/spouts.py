@@ -83,20 +83,27 @@ class SpoutOutputCollector:
         log.error("spout %s task %d: malformed message set aside: %s", self._component, self._task, what)
 
 
+def copy_spout(topology: Topology, component: str, task: int) -> Any:
+    """A spout task's own instance, copied from the declared one (in the process that declared it)."""
+    return copy.deepcopy(topology.components[component].obj)
+
+
 class SpoutTask:
     """One spout task. ``open`` is called by ``SpoutHost.open``, on the thread that makes every later call."""
 
-    def __init__(self, host: SpoutHost, topology: Topology, conf: dict, component: str, task: int) -> None:
+    def __init__(self, host: SpoutHost, topology: Topology, conf: dict, component: str, task: int, spout: Any) -> None:
         self.component, self.task = component, task
         spec = topology.components[component]
-        self.spout = copy.deepcopy(spec.obj)
+        self.spout = spout
         self.conf = {**conf, **spec.conf}
         self.context = TopologyContext(topology, component, task)
         self.collector = SpoutOutputCollector(host, topology, component, task)
 
 
 class SpoutHost:
-    """The topology's spout tasks, with what they emit for the next wave and the trees they wait on."""
+    """Spout tasks (the topology's, or ``tasks``), with what they emit for the next wave and the trees they wait
+    on. It runs in the test's process under ``TestCluster``, and on the workers otherwise (``worker_spouts.py``).
+    """
 
     def __init__(
         self,
@@ -107,10 +114,13 @@ class SpoutHost:
         clock: Clock,
         max_pending: int | None,
         captured: dict[str, list[tuple]] | None,
+        tasks: list[int] | None = None,
+        make_spout: Callable[[Topology, str, int], Any] = copy_spout,
+        outbox: DriverOutbox | None = None,
     ) -> None:
         self.stats = stats
         self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
-        self.outbox = DriverOutbox()
+        self.outbox = outbox if outbox is not None else DriverOutbox()
         self._now: Callable[[], float] = clock.now
         self._max_pending = max_pending
         self._captured = captured  # default-stream emits, when testing asks for them
@@ -119,9 +129,10 @@ class SpoutHost:
         self.active = True  # deactivated, the spouts are not asked for tuples
         self._wanted_active = True  # as asked from any thread; applied on the run's own thread
         self.tasks = [
-            SpoutTask(self, topology, conf, component, task)
+            SpoutTask(self, topology, conf, component, task, make_spout(topology, component, task))
             for component, spec in topology.spouts.items()
             for task in spec.tasks
+            if tasks is None or task in tasks
         ]
         self._by_task = {s.task: s for s in self.tasks}
         self.opened = False

@@ -54,6 +54,7 @@ class StateCheckpoints:
         self.in_flight: int | None = None  # a checkpoint whose wave is running
         self._changes: dict[int, StateDelta] = defaultdict(StateDelta)  # task -> its changes since the last one
         self._held: list[AckBatch] = []  # stateful tasks' acks since the last checkpoint
+        self._held_elsewhere = False  # stateful tasks sent acks that their ackers on the workers hold
 
     # -- start ------------------------------------------------------------------------
     def restore(self) -> dict[int, dict[Any, Any]]:
@@ -113,7 +114,7 @@ class StateCheckpoints:
     @property
     def waiting(self) -> bool:
         """State changes or acks wait for the next checkpoint."""
-        return bool(self._changes) or any(len(acks) for acks in self._held)
+        return bool(self._changes) or self._held_elsewhere or any(len(acks) for acks in self._held)
 
     def due(self, now: float) -> int | None:
         """The id of a checkpoint the next wave should carry, if one is due."""
@@ -131,8 +132,11 @@ class StateCheckpoints:
         deltas: dict[int, StateDelta],
         held: AckBatch,
         states: dict[int, tuple[int, dict]],
+        held_elsewhere: bool = False,
     ) -> AckBatch | None:
-        """A wave completed; when it carried a checkpoint, write it and return the acks it released."""
+        """A wave completed; when it carried a checkpoint, write it and return the acks it released (when the
+        ackers are on the workers, ``held_elsewhere`` says they hold some, and the caller releases them there)."""
+        self._held_elsewhere = self._held_elsewhere or held_elsewhere
         for task, delta in deltas.items():
             self._changes[task].absorb(delta)
         if len(held):
@@ -149,5 +153,6 @@ class StateCheckpoints:
             self.provider.compact(checkpoint, self.layout, {t: states.get(t, (0, {}))[1] for t in self.tasks})
         self.checkpoint = checkpoint
         self._changes.clear()
+        self._held_elsewhere = False
         released, self._held = AckBatch.combine(self._held), []
         return released

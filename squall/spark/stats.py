@@ -70,6 +70,11 @@ class ComponentStats:
             for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                 self.latencies.record_value(value, count)
 
+    def add_latencies(self, encoded: bytes) -> None:
+        """Latencies recorded elsewhere (a spout task on a worker), as an encoded histogram."""
+        with self._latency_lock:
+            self.latencies.decode_and_add(encoded)
+
     def latency_copy(self) -> HdrHistogram:
         """A copy of the latency histogram, safe to read while the topology records more."""
         copy = latency_histogram()
@@ -112,6 +117,7 @@ class RunStats:
     failed_waves: int = 0  # transactional batches whose try failed
     restarts: int = 0  # times the workers restarted from the last completed wave, after one was lost
     pending: int = 0
+    spout_emits_seen: int = 0  # spout emits the driver heard of from the workers' reports
     state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
     wave_seconds: float = 0.0  # the time waves were running: each completed wave's own time, summed
     tasks: dict[tuple[str, int], ComponentStats] = field(default_factory=dict)  # (component, task) -> its own

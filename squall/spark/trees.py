@@ -1,8 +1,9 @@
-"""Pending tuple trees, on the driver: where each tree came from, the acker ledger that settles it, its timeout.
+"""Pending tuple trees, where their spout tasks run: where each tree came from, the acker ledger that settles
+it, its timeout.
 
-A tree starts when a spout emits with a message id (``start``). Its root is the
-run's random prefix plus a sequence number, so the root itself says where the
-tree's entry is: entries live in columns, one ``_Page`` per wave of new trees
+A tree starts when a spout emits with a message id (``start``). Its root is a
+random prefix plus a number derived from a sequence number and its acker task,
+so the root itself says where the tree's entry is: entries live in columns, one ``_Page`` per wave of new trees
 (the spout task, the message id, the emit time, a timeout stamp), and nothing
 is allocated per tree beyond the message id the spout gave. The trees' init
 messages reach the ledger with ``merge_inits``. Each completed wave brings the
@@ -94,12 +95,23 @@ class _Page:
 
 
 class PendingTrees:
-    def __init__(self, num_ackers: int) -> None:
+    """The trees of some spout tasks, and the acker tasks (ledger partitions) their roots go to.
+
+    Root ``r`` belongs to acker ``r mod num_ackers``. ``ackers`` are the acker tasks here (all of them by
+    default): roots are drawn so that every tree started here has its acker here too, so its init and its
+    settlement never leave this process, and only the bolts' acks travel to it.
+    """
+
+    def __init__(self, num_ackers: int, ackers: list[int] | None = None) -> None:
         self.num_ackers = num_ackers
+        self.ackers = sorted(ackers) if ackers is not None else list(range(num_ackers))
         self.ledger = PartitionedLedger(num_ackers)
         self.per_task: dict[int, int] = defaultdict(int)  # spout task -> its trees pending
-        ids = IdGenerator(np.random.SeedSequence().entropy)  # the driver never forks
-        self._prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
+        ids = IdGenerator(np.random.SeedSequence().entropy)  # never shared with a forked process
+        prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
+        self._prefix = prefix - prefix % num_ackers  # root - prefix is then the acker, mod num_ackers
+        self._local = np.full(num_ackers, -1, dtype=np.int64)  # acker -> its place among ``ackers``
+        self._local[self.ackers] = np.arange(len(self.ackers))
         self._ids = ids
         self._pages: dict[int, _Page] = {}  # first sequence number -> page, oldest first
         self._firsts = np.empty(0, dtype=np.int64)  # the pages' first sequence numbers, for lookups
@@ -124,7 +136,23 @@ class PendingTrees:
         self._msg_ids.append(msg_id)
         self._times.append(emitted_at)
         self.per_task[spout_task] += 1
-        return self._prefix + sequence
+        return self._root_of(sequence)
+
+    def _root_of(self, sequence: int) -> int:
+        """The ``sequence``-th tree's root: its acker is ``ackers[sequence mod len(ackers)]``."""
+        rounds, which = divmod(sequence, len(self.ackers))
+        return self._prefix + rounds * self.num_ackers + self.ackers[which]
+
+    def _roots_of(self, sequences: np.ndarray) -> np.ndarray:
+        rounds, which = np.divmod(sequences, len(self.ackers))
+        offsets = rounds * self.num_ackers + np.asarray(self.ackers, dtype=np.int64)[which]
+        return np.uint64(self._prefix) + offsets.astype(np.uint64)
+
+    def _sequences_of(self, roots: np.ndarray) -> np.ndarray:
+        """Each root's sequence number; -1 for a root not drawn here."""
+        rounds, acker = np.divmod((roots - np.uint64(self._prefix)).astype(np.int64), self.num_ackers)
+        local = self._local[acker]
+        return np.where(local >= 0, rounds * len(self.ackers) + local, -1)
 
     def new_edges(self, n: int) -> np.ndarray:
         """``n`` fresh edge ids for copies of spout tuples, as a uint64 array."""
@@ -132,7 +160,9 @@ class PendingTrees:
 
     def get(self, root: int) -> PendingTuple | None:
         """The pending tree ``root``, if it is."""
-        sequence = root - self._prefix
+        sequence = int(self._sequences_of(np.array([root], dtype=np.uint64))[0])
+        if sequence < 0:
+            return None
         if sequence >= self._first_new:
             offset = sequence - self._first_new
             if offset >= len(self._tasks):
@@ -158,14 +188,13 @@ class PendingTrees:
         self._pages[first] = page
         self._firsts = np.append(self._firsts, first)
         self._live += count
-        start = np.uint64(self._prefix + first)
         copies = AckBatch.reduce(roots, edges, np.zeros(len(roots), bool), np.zeros(len(roots), bool))
         inits = np.zeros(count, dtype=np.uint64)
-        inits[(copies.roots - start).astype(np.int64)] = copies.xors
+        inits[self._sequences_of(copies.roots) - first] = copies.xors
         self._first_new = self._sequence
         self._tasks, self._msg_ids, self._times = [], [], []
         settlement = Settlement()
-        tree_roots = start + np.arange(count, dtype=np.uint64)
+        tree_roots = self._roots_of(np.arange(first, first + count, dtype=np.int64))
         self._settle(self.ledger.merge(tree_roots, inits, init_tasks=page.tasks), settlement)
         return settlement
 
@@ -210,7 +239,10 @@ class PendingTrees:
         """``(page, offsets)`` of the recorded trees among ``roots``."""
         if len(roots) == 0 or len(self._firsts) == 0:
             return
-        sequences = (roots - np.uint64(self._prefix)).astype(np.int64)
+        sequences = self._sequences_of(roots)
+        roots_here = sequences >= 0
+        if not roots_here.all():
+            sequences = sequences[roots_here]
         positions = np.searchsorted(self._firsts, sequences, side="right") - 1
         for position in np.unique(positions).tolist():
             if position < 0:

@@ -6,8 +6,8 @@ and the state they start from. Then it serves messages until ``Stop``:
 
 * ``WaveInput`` starts a wave: the driver's tuples for the tasks here;
 * ``Batch`` brings an upstream task's tuples, from this worker (handed over in
-  memory, never pickled) or from another one (through the hub); ``execute_batch``
-  runs each row through the task's bolt.
+  memory, never pickled) or from another one (over its link, ``links.py``);
+  ``execute_batch`` runs each row through the task's bolt.
 
 A task works on one wave at a time, in wave order. It executes every batch of
 its current wave as it arrives, in each producer's emission order, and holds
@@ -33,11 +33,16 @@ from squall.model.errors import FailedException
 from squall.model.tuple import Tuple
 from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.failures import TaskSetupError
+from squall.spark.links import Inbox, PeerLinks, PeerListener
 from squall.spark.protocol import (
     DRIVER,
+    AckBatch,
+    AckerInput,
     Assign,
     Batch,
+    Commit,
     Hello,
+    Release,
     Stop,
     TaskReport,
     WaveInput,
@@ -45,6 +50,7 @@ from squall.spark.protocol import (
     WorkerFailed,
 )
 from squall.spark.shipping import ShippedTopology, load_shipped
+from squall.spark.worker_spouts import WorkerSpouts
 from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.worker")
@@ -105,39 +111,65 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
 
 
 class Worker:
-    def __init__(self, shipped: ShippedTopology, channel: WorkerChannel, index: int) -> None:
+    def __init__(
+        self, shipped: ShippedTopology, channel: WorkerChannel, index: int, inbox: Inbox, links: PeerLinks
+    ) -> None:
         self.shipped = shipped
         self.topology = shipped.topology
         self.channel = channel
         self.index = index
+        self.inbox = inbox  # from the driver and from the peers
+        self.links = links  # to the peers
         self.generation = -1
         self.placement: dict[int, int] = {}
         self.tasks: dict[int, HostedTask] = {}
         self.times: dict[int, float | None] = {}  # wave -> its simulated time
         self.checkpoints: dict[int, int] = {}  # wave -> the state checkpoint it carries
         self.local: deque[Any] = deque()  # batches between tasks of this worker
+        self.spouts: WorkerSpouts | None = None  # its spout and acker tasks, when spouts run on the workers
+        self.acker_workers: dict[int, int] = {}  # every acker task -> its worker, when spouts run on the workers
+        self.num_ackers = 0
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
-        receive, local = self.channel.receive, self.local
+        receive, local = self.inbox.get, self.local
         while True:
             message = local.popleft() if local else receive()
-            if message is None or isinstance(message, Stop):
+            if message is None:
+                return
+            if isinstance(message, Stop):
+                if self.spouts is not None:
+                    self.spouts.close(message.fail_pending)
+                    self.spouts = None
                 return
             if isinstance(message, Batch):
                 if message.generation == self.generation:
                     self._deliver(message)
+            elif isinstance(message, AckerInput):
+                if message.generation == self.generation and self.spouts is not None:
+                    self.spouts.acker_input(message)
             elif isinstance(message, WaveInput):
                 if message.generation == self.generation:
-                    self.times[message.wave] = message.simulated_now
-                    if message.checkpoint is not None:
-                        self.checkpoints[message.wave] = message.checkpoint
-                    for batch in message.batches:
-                        self._deliver(batch)
+                    self._wave(message)
+            elif isinstance(message, Commit):
+                if message.generation == self.generation and self.spouts is not None:
+                    self.spouts.commit(message.wave)
+            elif isinstance(message, Release):
+                if message.generation == self.generation and self.spouts is not None:
+                    self.spouts.release(message.wave)
             elif isinstance(message, Assign):
                 self._assign(message)
             else:
                 raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def _wave(self, message: WaveInput) -> None:
+        self.times[message.wave] = message.simulated_now
+        if message.checkpoint is not None:
+            self.checkpoints[message.wave] = message.checkpoint
+        for batch in message.batches:
+            self._deliver(batch)
+        if self.spouts is not None:
+            self.channel.send(self.spouts.run_wave(message, self.index, self._send))
 
     def _assign(self, message: Assign) -> None:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
@@ -145,25 +177,71 @@ class Worker:
         self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
+        self.links.update(message.peers)
         settings = message.settings
         forget_other_runs(settings.run_id)
         mine = frozenset(message.tasks)
+        if settings.spouts_on_workers:
+            self._assign_spouts(message)
         for task_id in message.tasks:
             task = start_task(self.shipped, task_id, settings, message.snapshots.get(task_id), mine)
             component = self.topology.component_of(task_id)
-            upstream = [source for source in self.topology.sources_of(component) if source in self.topology.bolts]
+            upstream = [
+                source
+                for source in self.topology.sources_of(component)
+                if source in self.topology.bolts or settings.spouts_on_workers
+            ]
             producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
             readers = sorted(
                 {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
             )
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
 
+    def _assign_spouts(self, message: Assign) -> None:
+        """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
+        them), those that left are closed, and new ones are made."""
+        self.acker_workers, self.num_ackers = message.acker_workers, message.settings.num_ackers
+        bolt_tasks = sum(spec.parallelism for spec in self.topology.bolts.values())
+        same = (
+            self.spouts is not None
+            and self.spouts.spout_tasks == frozenset(message.spout_tasks)
+            and self.spouts.ackers == frozenset(message.ackers)
+            and self.spouts.settings.run_id == message.settings.run_id
+        )
+        if same:
+            self.spouts.restart(message.base_wave, bolt_tasks)
+            return
+        if self.spouts is not None:
+            self.spouts.close(fail_pending=True)
+            self.spouts = None
+        if message.spout_tasks or message.ackers:
+            self.spouts = WorkerSpouts(
+                self.shipped, message.settings, message.spout_tasks, message.ackers, bolt_tasks, message.base_wave
+            )
+
+    def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch) -> None:
+        """A bolt task's acks of one wave, to the worker of each root's acker task: one message to every worker
+        hosting an acker task, even when it has nothing for it."""
+        parts: dict[int, list[AckBatch]] = {w: [] for w in set(self.acker_workers.values())}
+        if len(acks):
+            for acker, part in enumerate(acks.by_partition(self.num_ackers)):
+                if len(part):
+                    parts[self.acker_workers[acker]].append(part)
+        held = task.state is not None
+        for worker, batches in parts.items():
+            message = AckerInput(self.generation, wave, task.task, AckBatch.combine(batches), held)
+            if worker == self.index:
+                if self.spouts is not None:
+                    self.spouts.acker_input(message)
+            else:
+                self.links.send(worker, message)
+
     def _send(self, batch: Batch) -> None:
         worker = self.placement[batch.target]
         if worker == self.index:
             self.local.append(batch)
         else:
-            self.channel.send(batch, worker)
+            self.links.send(worker, batch)
 
     # -- waves ---------------------------------------------------------------------
     def _deliver(self, batch: Batch) -> None:
@@ -209,16 +287,12 @@ class Worker:
         if status.executed or (task.state is not None and task.state.changed):
             snapshot = task.snapshot(wave)
             status.unpicklable = sorted(task.unpicklable)
-        report = TaskReport(
-            self.generation,
-            wave,
-            task.component,
-            task.task,
-            status,
-            collector.take_acks(),
-            snapshot,
-            collector.captured,
-        )
+        acks = collector.take_acks()
+        if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
+            self._send_acks(wave, task, acks)
+            acks = AckBatch.empty()
+        captured = collector.captured
+        report = TaskReport(self.generation, wave, task.component, task.task, status, acks, snapshot, captured)
         self.channel.send(report)
         oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
         for done in [w for w in self.times if w < min(oldest, wave + 1)]:
@@ -245,9 +319,12 @@ def run_worker(
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     channel = WorkerChannel(address, secret)
-    worker = Worker(shipped, channel, index)
+    inbox, links = Inbox(), PeerLinks(secret)
+    listener = PeerListener(channel.local_host, secret, inbox)
+    channel.start_reading(inbox)
+    worker = Worker(shipped, channel, index, inbox, links)
     try:
-        channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch))
+        channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch, listener.address))
         try:
             worker.serve()
         except TaskSetupError as exc:
@@ -255,5 +332,7 @@ def run_worker(
             raise
     finally:
         worker.close()
+        listener.close()
+        links.close()
         channel.close()
     return [index]

@@ -28,8 +28,7 @@ def _ms(value: float | None) -> float | None:
 def status_of(run: Any, failed: bool) -> str:
     if failed:
         return FAILED
-    host = getattr(run, "spout_host", None)
-    return INACTIVE if host is not None and not host.wanted_active else ACTIVE
+    return INACTIVE if not getattr(run, "wanted_active", True) else ACTIVE
 
 
 def uptime_secs(run: Any) -> float:

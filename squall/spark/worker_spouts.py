@@ -1,0 +1,222 @@
+"""A worker's spout tasks and acker tasks, as Storm's spout executors and ``__acker`` tasks run in its workers.
+
+``LocalCluster`` and ``squall run`` put them here; ``TestCluster`` keeps its spouts in the test's process.
+
+Spout task *i* of a component lives on the *i*-th worker (mod their number) of those hosting an acker task;
+acker task *a* lives on worker *a* mod the workers. Every call a spout task gets (``open``, ``activate``,
+``deactivate``, ``next_tuple``, ``ack``, ``fail``, ``close``) is made on the worker's one serving thread.
+
+Each wave, when its ``WaveInput`` arrives:
+
+1. the timeout rotations due expire trees (``fail``, reason timeout);
+2. ``next_tuple`` is called on each spout task here, within its ``topology.max.spout.pending`` budget and the
+   wave's calls;
+3. the emits leave, straight to the workers of their target tasks, each spout task ending its part of the wave
+   with a ``last`` batch to every task that reads it, and a ``SpoutReport`` goes to the driver.
+
+A tree's root is drawn so that its acker task is on this worker: its init is merged into the ledger here, and
+its settlement (``ack`` or ``fail`` on the spout task) never leaves the process. The bolt tasks send their acks
+(``AckerInput``, XOR-reduced per root) to the worker of each root's acker, one per wave even when empty. A wave's
+acks are applied once the driver says the wave completed (``Commit``) and every bolt task's have arrived; a
+stateful task's wait for the checkpoint that holds its state (``Release``). So, as before, nothing is acked
+before every task's state as of that wave is kept.
+
+When the run starts again after a worker was lost, the trees pending here are failed back to their spout
+tasks, which replay them: a spout task that moved, or whose worker was lost, is opened again and its source
+redelivers what it had not acked (Storm's "acker task dies" case). Nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+
+from squall.model.errors import TopologyFailed
+from squall.model.topology import Topology
+from squall.spark.failures import TaskSetupError
+from squall.spark.protocol import (
+    AckBatch,
+    AckerInput,
+    Batch,
+    RunSettings,
+    SpoutReport,
+    SpoutStatus,
+    WaveInput,
+)
+from squall.spark.shipping import ShippedTopology, new_component
+from squall.spark.spouts import SpoutHost
+from squall.spark.stats import RunStats
+from squall.spark.trees import PendingTrees
+from squall.time import now, use_simulated_time
+
+log = logging.getLogger("squall.worker")
+
+
+class TopologyTime:
+    """The clock spouts on a worker measure complete latency by: the wave's simulated time, else the wall's."""
+
+    simulated = False
+
+    def now(self) -> float:
+        return now()
+
+
+def spout_placement(topology: Topology, acker_workers: dict[int, int], workers: int) -> dict[int, int]:
+    """Spout task *i* of each component on the *i*-th worker hosting an acker task (every worker when acking
+    is off), mod their number."""
+    hosts = sorted(set(acker_workers.values())) or list(range(workers))
+    return {
+        task: hosts[index % len(hosts)] for spec in topology.spouts.values() for index, task in enumerate(spec.tasks)
+    }
+
+
+def acker_placement(num_ackers: int, workers: int) -> dict[int, int]:
+    """Acker task *a* on worker *a* mod ``workers``."""
+    return {acker: acker % workers for acker in range(num_ackers)} if workers else {}
+
+
+class WorkerSpouts:
+    def __init__(
+        self,
+        shipped: ShippedTopology,
+        settings: RunSettings,
+        spout_tasks: list[int],
+        ackers: list[int],
+        bolt_tasks: int,
+        base_wave: int,
+    ) -> None:
+        self.topology = shipped.topology
+        self.settings = settings
+        self.spout_tasks = frozenset(spout_tasks)
+        self.ackers = frozenset(ackers)
+        self.stats = RunStats()
+        conf = shipped.conf
+        num_ackers = settings.num_ackers
+        self.trees = PendingTrees(num_ackers, ackers) if settings.acking and ackers else None
+        self.host = SpoutHost(
+            self.topology,
+            conf,
+            self.stats,
+            self.trees,
+            TopologyTime(),
+            conf.get("topology.max.spout.pending"),
+            None,
+            tasks=spout_tasks,
+            make_spout=lambda _topology, component, task: new_component(shipped, component, task),
+        )
+        self.readers = {
+            component: sorted(
+                {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
+            )
+            for component in self.topology.spouts
+        }
+        self.restart(base_wave, bolt_tasks)
+
+    def restart(self, base_wave: int, bolt_tasks: int) -> None:
+        """A new generation from wave ``base_wave``: the trees pending here fail back to their spout tasks, and
+        acks of waves after it, which run again, are dropped."""
+        if self.trees is not None and len(self.trees):
+            failed = self.trees.fail_all()
+            log.info("spout tasks %s: %d pending tree(s) failed back for replay", sorted(self.spout_tasks), len(failed))
+            self.host.settle(failed)
+            self.trees = self.host.trees = PendingTrees(self.settings.num_ackers, sorted(self.ackers))
+        self.generation_base = base_wave
+        self.expected = bolt_tasks  # acker inputs a wave brings: one from every bolt task
+        self.inputs: dict[int, list[AckerInput]] = defaultdict(list)
+        self.committed = self.applied = self.released = base_wave
+        self.held: list[tuple[int, AckBatch]] = []  # stateful tasks' acks, per wave, until a checkpoint holds them
+
+    # -- a wave's spout calls ----------------------------------------------------------
+    def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
+        """The wave's spout calls; its batches go out through ``send``."""
+        use_simulated_time(message.simulated_now)
+        for _ in range(message.rotations):
+            if self.trees is not None:
+                self.host.settle(self.trees.rotate())
+        self.host.set_active(message.active)
+        try:
+            emits = self.host.call(message.spout_calls)
+        except TopologyFailed as failure:  # open() raised: no retry can fix it
+            task = min(self.spout_tasks)
+            raise TaskSetupError(self.topology.component_of(task), task, "open() raised", failure) from failure
+        by_source: dict[int, dict[int, Batch]] = defaultdict(dict)
+        for target, batches in self.host.take_wave().items():
+            for batch in batches:
+                by_source[batch.source][target] = batch
+        for s in self.host.tasks:
+            mine = by_source.get(s.task, {})
+            for reader in self.readers[s.component]:
+                batch = mine.get(reader) or Batch(0, 0, s.task, s.component, s.task, reader)
+                batch.generation, batch.wave, batch.producer = message.generation, message.wave, s.task
+                batch.last = True
+                send(batch)
+        pending = len(self.trees) if self.trees is not None else 0
+        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, emits)
+
+    def take_statuses(self) -> dict[int, tuple[str, SpoutStatus]]:
+        """Each spout task's counters since the last report; they start again from zero."""
+        statuses = {}
+        errors = defaultdict(list)
+        for report in self.stats.errors:
+            errors[report.task].append(report.text)
+        self.stats.errors.clear()
+        for s in self.host.tasks:
+            stats = self.stats.of_task(s.component, s.task)
+            latencies = None
+            if stats.latency_count:
+                latencies = stats.latencies.encode()
+                stats.latencies.reset()
+            statuses[s.task] = (
+                s.component,
+                SpoutStatus(
+                    stats.emitted,
+                    stats.acked,
+                    stats.failed,
+                    stats.timed_out,
+                    stats.malformed,
+                    errors[s.task],
+                    latencies,
+                ),
+            )
+            stats.emitted = stats.acked = stats.failed = stats.timed_out = stats.malformed = stats.errors = 0
+        return statuses
+
+    # -- the acker tasks here -------------------------------------------------------------
+    def acker_input(self, message: AckerInput) -> None:
+        if message.wave > self.applied:
+            self.inputs[message.wave].append(message)
+            self._apply()
+
+    def commit(self, wave: int) -> None:
+        self.committed = max(self.committed, wave)
+        self._apply()
+
+    def release(self, wave: int) -> None:
+        self.released = max(self.released, wave)
+        self._apply()
+
+    def _apply(self) -> None:
+        """Apply, in wave order, every committed wave whose acks have all arrived; then the held acks released."""
+        while self.applied < self.committed and len(self.inputs.get(self.applied + 1, ())) >= self.expected:
+            self.applied += 1
+            inputs = self.inputs.pop(self.applied)
+            self._merge(AckBatch.combine(i.acks for i in inputs if not i.held))
+            held = AckBatch.combine(i.acks for i in inputs if i.held)
+            if len(held):
+                self.held.append((self.applied, held))
+        while self.held and self.held[0][0] <= min(self.released, self.applied):
+            self._merge(self.held.pop(0)[1])
+
+    def _merge(self, acks: AckBatch) -> None:
+        if self.trees is not None and len(acks):
+            self.host.settle(self.trees.merge_acks(acks))
+
+    # -- stopping -------------------------------------------------------------------------
+    def close(self, fail_pending: bool = False) -> None:
+        """Close the spout tasks here; with ``fail_pending``, their pending trees fail back to them first."""
+        try:
+            if fail_pending and self.trees is not None and len(self.trees):
+                self.host.settle(self.trees.fail_all())
+        finally:
+            self.host.close()
