@@ -24,9 +24,12 @@ the count bolt's dict holding a 1,000,000-word vocabulary against a
 from __future__ import annotations
 
 import argparse
+import atexit
 import operator
 import os
 import random
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -37,6 +40,25 @@ from squall.spark.context import spark_context
 
 VOCABULARY = [f"w{i:04d}" for i in range(10_000)]
 WORDS_PER_SENTENCE = 8
+
+
+class SourceFiles:
+    """The benchmark's source files: one per distinct list of sentences, removed at exit."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="squall-word-count-")
+        self._paths: dict[int, str] = {}
+        atexit.register(shutil.rmtree, self._dir, True)
+
+    def write(self, sentences: list[str]) -> str:
+        path = self._paths.get(id(sentences))
+        if path is None:
+            path = self._paths[id(sentences)] = os.path.join(self._dir, f"{len(self._paths)}.txt")
+            Path(path).write_text("\n".join(sentences))
+        return path
+
+
+SOURCES = SourceFiles()
 
 
 def make_sentences(words: int, seed: int = 7, vocabulary: list[str] = VOCABULARY) -> list[str]:
@@ -112,14 +134,16 @@ def cpu_per_word(sentences: list[str], conf: dict) -> tuple[float, float]:
 
 
 class Sentences(Spout):
-    """Emits its sentences once each, msg id = index; ``rate`` (sentences/s) paces it, if given."""
+    """Emits the sentences of a file, one a line, once each, msg id = line number; ``rate`` (sentences/s) paces
+    it, if given. The file is read in ``open``, where the spout task runs: the source is read on the workers."""
 
     outputs = ("sentence",)
 
     def __init__(self, sentences: list[str], rate: float | None = None) -> None:
-        self.sentences, self.rate = sentences, rate
+        self.path, self.rate = SOURCES.write(sentences), rate
 
     def open(self, conf, context, collector):
+        self.sentences = Path(self.path).read_text().split("\n")
         self.collector, self.next, self.started = collector, 0, time.monotonic()
 
     def next_tuple(self):

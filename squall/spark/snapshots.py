@@ -1,0 +1,106 @@
+"""Where the workers keep what a lost worker's tasks restart from, under ``squall.checkpoint.dir``.
+
+When spouts run on the workers (``LocalCluster``, ``squall run``), the driver holds no bolt state:
+
+* every ``squall.snapshot.interval.ms`` the driver marks a wave as a *snapshot wave*; at its end every plain
+  bolt task that executed anything since its last snapshot writes its attributes, pickled, to
+  ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
+* every spout task writes what it emitted in each wave to ``<dir>/<run>/spout-log/task-<task>/wave-<wave>``,
+  the input a restarted run replays;
+* when every task has reported a snapshot wave, the driver records it as the last complete snapshot
+  (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots and spout logs it no longer needs.
+
+After a worker loss every bolt task restarts from the last complete snapshot, and the waves since it are run
+again from the spout logs, their acks dropped: they were applied the first time. A task's state after a
+worker loss thus holds every tree that was acked, as before, while the per-wave cost no longer grows with
+the state a task holds.
+
+Any filesystem pyarrow reaches serves: a local path (one every host shares, on a cluster), ``hdfs://``,
+``s3://``, ``gs://``. Files are written under a temporary name and renamed, so they are there whole or not at
+all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import uuid
+from urllib.parse import urlparse
+
+from pyarrow import fs as pafs
+from pyspark import cloudpickle
+
+from squall.spark.protocol import Batch
+
+COMPLETE = "COMPLETE"
+
+
+class SnapshotStore:
+    def __init__(self, root: str, run_id: str) -> None:
+        if root.startswith("file:"):
+            root = urlparse(root).path
+        self.filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
+        self.base = f"{base.rstrip('/')}/{run_id}"
+
+    # -- files ------------------------------------------------------------------------------
+    def _write(self, path: str, data: bytes) -> None:
+        directory = path.rsplit("/", 1)[0]
+        self.filesystem.create_dir(directory, recursive=True)
+        temporary = f"{directory}/.{uuid.uuid4().hex}.tmp"
+        with self.filesystem.open_output_stream(temporary) as out:
+            out.write(data)
+        self.filesystem.move(temporary, path)
+
+    def _read(self, path: str) -> bytes:
+        with self.filesystem.open_input_stream(path) as stream:
+            return stream.read()
+
+    def _delete_dir(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.filesystem.delete_dir(path)
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            infos = self.filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        except (FileNotFoundError, OSError):
+            return []
+        return [info.base_name for info in infos if not info.base_name.startswith(".")]
+
+    # -- bolt tasks' snapshots -------------------------------------------------------------
+    def task_path(self, wave: int, task: int) -> str:
+        return f"{self.base}/snapshots/{wave}/task-{task}"
+
+    def write_task(self, wave: int, task: int, blob: bytes) -> str:
+        path = self.task_path(wave, task)
+        self._write(path, blob)
+        return path
+
+    def read_task(self, path: str) -> bytes:
+        return self._read(path)
+
+    def complete(self, wave: int, keep: set[int]) -> None:
+        """Record the snapshot of ``wave`` as complete; remove the snapshot directories not in ``keep`` (those
+        some task's last snapshot still lives in) and the spout logs up to ``wave``."""
+        self._write(f"{self.base}/snapshots/{COMPLETE}", str(wave).encode())
+        for name in self._children(f"{self.base}/snapshots"):
+            if name.isdigit() and int(name) not in keep and int(name) < wave:
+                self._delete_dir(f"{self.base}/snapshots/{name}")
+        for task in self._children(f"{self.base}/spout-log"):
+            for name in self._children(f"{self.base}/spout-log/{task}"):
+                if name.startswith("wave-") and int(name[5:]) <= wave:
+                    self.filesystem.delete_file(f"{self.base}/spout-log/{task}/{name}")
+
+    # -- spout logs ------------------------------------------------------------------------
+    def log_spout_wave(self, task: int, wave: int, batches: list[Batch]) -> None:
+        blob = cloudpickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)  # values of shipped classes too
+        self._write(f"{self.base}/spout-log/task-{task}/wave-{wave}", blob)
+
+    def spout_wave(self, task: int, wave: int) -> list[Batch]:
+        """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no file)."""
+        try:
+            return pickle.loads(self._read(f"{self.base}/spout-log/task-{task}/wave-{wave}"))
+        except FileNotFoundError:
+            return []
+
+    def remove(self) -> None:
+        self._delete_dir(self.base)
