@@ -222,28 +222,34 @@ def test_a_bolt_reading_two_streams_of_one_bolt_gets_each_tuple_once(cluster):
     assert feeder.acked == set(range(6)) and feeder.failed == set()
 
 
-class IdleWatchingSpout(Spout):
-    """Emits what it is fed, with msg ids; in each ``ack`` it records how idle its run says it is, as
-    ``squall run``'s idle check, on another thread, could see it at that instant."""
+class FedWords(Spout):
+    """Emits the words fed to it through a file, one a line, msg id = the word; it reads the file where it runs
+    (on a worker)."""
 
     outputs = ("word",)
 
-    def __init__(self) -> None:
-        self.fed, self.run, self.idle_at_ack = [], None, []
+    def __init__(self, path: str) -> None:
+        self.path = path
+        open(path, "w").close()
 
-    def __deepcopy__(self, memo):  # the test holds the object the topology runs
-        return self
+    def feed(self, word: str) -> None:
+        with open(self.path, "a") as fed:
+            fed.write(word + "\n")
 
     def open(self, conf, context, collector):
-        self.collector = collector
+        self.collector, self.partial = collector, ""
+        self.file = open(self.path)  # noqa: SIM115 -- read until close()
 
     def next_tuple(self):
-        if self.fed:
-            word = self.fed.pop(0)
-            self.collector.emit([word], msg_id=word)
+        line = self.partial + self.file.readline()
+        if not line.endswith("\n"):
+            self.partial = line
+            return
+        self.partial = ""
+        self.collector.emit([line[:-1]], msg_id=line[:-1])
 
-    def ack(self, msg_id):
-        self.idle_at_ack.append((msg_id, self.run.idle_for()))
+    def close(self):
+        self.file.close()
 
 
 class SlowFlush(Bolt):
@@ -265,21 +271,25 @@ class SlowFlush(Bolt):
         self.held = []
 
 
-def test_a_tree_settled_after_a_long_wave_does_not_count_as_idle_time(spark):
-    """``squall run --idle-secs`` asks ``idle_for`` from its own thread. A wave that ran long and settled every
-    pending tree must not look like idle time the instant its acks are delivered: idleness counts from the end
-    of the step that left nothing pending."""
-    spout = IdleWatchingSpout()
+def test_a_tree_settled_after_a_long_wave_does_not_count_as_idle_time(spark, tmp_path):
+    """``squall run --idle-secs`` asks ``idle_for`` from its own thread. A wave that ran long (the bolt's 2 s
+    flush) and settled every pending tree must not look like idle time the instant its ack is known: idleness
+    counts from the end of the step that left nothing pending, not from before the long wave."""
+    spout = FedWords(str(tmp_path / "fed.txt"))
     b = TopologyBuilder()
     b.set_spout("s", spout)
     b.set_bolt("store", SlowFlush(), 1).shuffle_grouping("s").add_configuration("topology.tick.tuple.freq.secs", 1)
     with LocalCluster() as cluster:
-        run = spout.run = cluster.submit_topology("slow-flush", {}, b.build())
-        spout.fed.append("held")
+        run = cluster.submit_topology("slow-flush", {}, b.build())
+        spout.feed("held")
         deadline = time.monotonic() + 120
-        while not spout.idle_at_ack and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert spout.idle_at_ack == [("held", 0.0)]
+        while run.stats.of("s").emitted == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        while run.stats.of("s").acked == 0 and time.monotonic() < deadline:
+            assert run.idle_for() == 0  # a tree is pending
+            time.sleep(0.005)
+        idle_when_acked = run.idle_for()
+        assert run.stats.of("s").acked == 1 and idle_when_acked < 1.0  # not counted from before the 2 s wave
         while run.idle_for() == 0 and time.monotonic() < deadline:  # and then the topology does go idle
             time.sleep(0.01)
-        assert run.idle_for() > 0 and len(run.pending) == 0
+        assert run.idle_for() > 0 and run.pending_count == 0

@@ -89,25 +89,23 @@ class Numbers(Spout):
 
 
 def test_a_kill_returns_within_its_wait_when_the_workers_never_get_cores(spark):
-    """Three workers asked of two cores: the third never starts, so no wave completes. A kill with a wait still
-    returns, cancels the worker job, and leaves the cores to the next topology."""
+    """Three workers asked of two cores: the third never starts, so no wave goes out (the spout task, on a
+    worker, is never asked for a tuple). A kill with a wait still returns, cancels the worker job, and leaves the
+    cores to the next topology."""
     builder = TopologyBuilder()
     builder.set_spout("numbers", Numbers())
     builder.set_bolt("pass", Pass(), 3).shuffle_grouping("numbers")
     conf = {"squall.workers": 3, "squall.worker.replace.timeout.secs": 3600}
     with LocalCluster() as cluster:
         run = cluster.submit_topology("starved", conf, builder.build())
-        deadline = time.monotonic() + 60
-        while run.stats.of("numbers").emitted == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.stats.of("numbers").emitted > 0 and run.stats.of("pass").executed == 0
+        time.sleep(5)
+        assert run.stats.waves == 0 and run.stats.of("numbers").emitted == 0
         started = time.monotonic()
         killer = threading.Thread(target=cluster.kill_topology, args=("starved", 2.0), daemon=True)
         killer.start()
         killer.join(timeout=60)
         assert not killer.is_alive(), "kill_topology did not return"
         took = time.monotonic() - started
-        assert run.stats.of("numbers").failed == run.stats.of("numbers").emitted  # every tree failed back
 
         again = TopologyBuilder()  # the cores are free again: a topology after it runs
         again.set_spout("numbers", SqliteLogSpout(str(Path(cluster._own_dir("sqlite-")) / "calls.sqlite")))

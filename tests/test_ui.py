@@ -7,9 +7,12 @@ import json
 import os
 import re
 import socket
+import sqlite3
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from contextlib import closing
 
 import pytest
 from servers import wait_for
@@ -22,29 +25,64 @@ from squall.ui.client import UIClient
 
 
 class Numbers(Spout):
-    """Emits what it is fed, msg id = the number; records acks and fails."""
+    """Emits what it is fed, msg id = the number; records acks, fails, activate and deactivate in SQLite, which
+    the test reads wherever the spout runs (on a worker under ``LocalCluster``)."""
 
     outputs = ("n",)
 
     def __init__(self, count: int = 0) -> None:
-        self.fed, self.acked, self.failed = list(range(count)), set(), set()
+        self.path = os.path.join(tempfile.mkdtemp(prefix="squall-ui-spout-"), "spout.sqlite")
+        with closing(sqlite3.connect(self.path)) as db, db:
+            db.execute("CREATE TABLE fed (n INTEGER)")
+            db.execute("CREATE TABLE calls (method TEXT, n INTEGER)")
+            db.executemany("INSERT INTO fed VALUES (?)", [(n,) for n in range(count)])
 
-    def __deepcopy__(self, memo):  # the test holds the object the topology runs
-        return self
+    def feed(self, numbers: list[int]) -> None:
+        with closing(sqlite3.connect(self.path)) as db, db:
+            db.executemany("INSERT INTO fed VALUES (?)", [(n,) for n in numbers])
+
+    def _calls(self, method: str) -> list[int]:
+        with closing(sqlite3.connect(self.path)) as db:
+            return [n for (n,) in db.execute("SELECT n FROM calls WHERE method = ? ORDER BY rowid", (method,))]
+
+    @property
+    def acked(self) -> set[int]:
+        return set(self._calls("ack"))
+
+    @property
+    def failed(self) -> set[int]:
+        return set(self._calls("fail"))
+
+    @property
+    def activations(self) -> list[str]:
+        with closing(sqlite3.connect(self.path)) as db:
+            rows = db.execute("SELECT method FROM calls WHERE method IN ('activate', 'deactivate') ORDER BY rowid")
+            return [method for (method,) in rows]
 
     def open(self, conf, context, collector):
-        self.collector = collector
+        self.collector, self.db, self.emitted = collector, sqlite3.connect(self.path), 0
 
     def next_tuple(self):
-        if self.fed:
-            n = self.fed.pop(0)
-            self.collector.emit([n], msg_id=n)
+        row = self.db.execute("SELECT n FROM fed ORDER BY rowid LIMIT 1 OFFSET ?", (self.emitted,)).fetchone()
+        if row is not None:
+            self.emitted += 1
+            self.collector.emit([row[0]], msg_id=row[0])
+
+    def _record(self, method: str, n: int | None = None) -> None:
+        with self.db:
+            self.db.execute("INSERT INTO calls VALUES (?, ?)", (method, n))
 
     def ack(self, msg_id):
-        self.acked.add(msg_id)
+        self._record("ack", msg_id)
 
     def fail(self, msg_id):
-        self.failed.add(msg_id)
+        self._record("fail", msg_id)
+
+    def activate(self):
+        self._record("activate")
+
+    def deactivate(self):
+        self._record("deactivate")
 
 
 class FailEveryThird(Bolt):
@@ -195,21 +233,21 @@ def test_control_needs_the_token_and_deactivate_stops_emits_until_activate(spark
             with pytest.raises(urllib.error.HTTPError) as refused:
                 get(f"{url}/api/v1/topology/numbers/deactivate", token, method="POST")
             assert refused.value.code == 401
-        assert run.spout_host.active
+        assert run.wanted_active
 
         client = UIClient(url)  # finds the token in the file the server wrote for this user
         assert cluster.ui.token_file.stat().st_mode & 0o777 == 0o600  # readable by its user only
         client.control("numbers", "deactivate")
-        wait_for(lambda: not run.spout_host.active, "deactivation")
+        wait_for(lambda: spout.activations == ["deactivate"], "deactivation")
         assert client.topology("numbers")["status"] == "INACTIVE"
-        spout.fed.extend([1, 2, 4])
+        spout.feed([1, 2, 4])
         waves = run.stats.waves
         wait_for(lambda: run.stats.waves >= waves + 5, "five more waves (ticks)")
-        assert run.stats.of("numbers").emitted == 0 and spout.fed == [1, 2, 4]
+        assert run.stats.of("numbers").emitted == 0 and spout.acked | spout.failed == set()
 
         client.control("numbers", "activate")
         wait_for(lambda: spout.acked == {1, 2, 4}, "the fed numbers, acked")
-        assert client.topology("numbers")["status"] == "ACTIVE"
+        assert client.topology("numbers")["status"] == "ACTIVE" and spout.activations == ["deactivate", "activate"]
         assert run.stats.of("numbers").emitted == 3
 
 

@@ -21,23 +21,34 @@ FIGURES = ("emitted", "acked", "failed")
 
 
 class Words(Spout):
-    """Emits what it is fed, msg id = its position."""
+    """Emits the words fed to it through a file, one a line, msg id = its position; it reads the file where it
+    runs (on a worker)."""
 
     outputs = ("word",)
 
-    def __init__(self) -> None:
-        self.fed, self.next = [], 0
+    def __init__(self, path: str) -> None:
+        self.path = path
+        open(path, "w").close()
 
-    def __deepcopy__(self, memo):  # the test holds the object the topology runs
-        return self
+    def feed(self, words: list[str]) -> None:
+        with open(self.path, "a") as fed:
+            fed.write("".join(f"{word}\n" for word in words))
 
     def open(self, conf, context, collector):
-        self.collector = collector
+        self.collector, self.next, self.partial = collector, 0, ""
+        self.file = open(self.path)  # noqa: SIM115 -- read until close()
 
     def next_tuple(self):
-        if self.next < len(self.fed):
-            self.collector.emit([self.fed[self.next]], msg_id=self.next)
-            self.next += 1
+        line = self.partial + self.file.readline()
+        if not line.endswith("\n"):  # nothing more yet, or a line still being written
+            self.partial = line
+            return
+        self.partial = ""
+        self.collector.emit([line[:-1]], msg_id=self.next)
+        self.next += 1
+
+    def close(self):
+        self.file.close()
 
 
 class Count(Bolt):
@@ -91,7 +102,7 @@ def browser():
 
 
 def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark, browser, tmp_path):
-    spout = Words()
+    spout = Words(str(tmp_path / "words.txt"))
     b = TopologyBuilder()
     b.set_spout("words", spout)
     b.set_bolt("count", Count(), 2).fields_grouping("words", ["word"])
@@ -99,7 +110,7 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
     with LocalCluster({"squall.ui.port": 0}) as cluster:
         url = cluster.ui.url
         run = cluster.submit_topology("words", {}, b.build())
-        spout.fed.extend(["storm", "spark", "tuple", "acker"] * 25)
+        spout.feed(["storm", "spark", "tuple", "acker"] * 25)
         wait_for(lambda: run.stats.of("words").acked + run.stats.of("words").failed == 100, "the first 100 settled")
 
         browser.get(f"{url}/#words")
@@ -128,7 +139,7 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
         wait_for(lambda: re.fullmatch(r"count · \d+/s", text_of('[data-node="count"]')), "count's rate on the graph")
         assert text_of('[data-edge="words->count"]') == "fields_grouping(['word'])"
 
-        spout.fed.extend(["storm", "spark", "tuple", "acker"] * 50)  # the topology runs on: the page follows
+        spout.feed(["storm", "spark", "tuple", "acker"] * 50)  # the topology runs on: the page follows
         wait_for(lambda: run.stats.of("words").acked == 225, "the next 200 settled")
         wait_for(lambda: shown("spout", "words", "acked") == "225", "the page to show 225 acked")
         wait_for(page_matches_api, "the page's figures to match the REST API again")

@@ -31,6 +31,8 @@ SQUALL_WAVE_TARGET_MS = "squall.wave.target.ms"  # waves size themselves to take
 SQUALL_WAVE_MAX_INFLIGHT = "squall.wave.max.inflight"  # waves running at once
 SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt tasks (None: one per core, at most)
 SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
+# How often the workers snapshot their bolt tasks' state when spouts run on the workers (LocalCluster, squall run)
+SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 # How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
 SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
@@ -62,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WAVE_MAX_INFLIGHT: 2,
     SQUALL_WORKERS: None,
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
+    SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
@@ -171,6 +174,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WAVE_MAX_INFLIGHT: _int_at_least(1),
     SQUALL_WORKERS: _optional(_int_at_least(1)),
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
+    SQUALL_SNAPSHOT_INTERVAL_MS: _positive_number,
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_IDLE_SLEEP_SECS: _positive_number,

@@ -93,6 +93,7 @@ class BoltTask:
         self.component, self.task = component, task
         self.settings = settings
         self.version: int | None = None  # the wave of the snapshot this instance's state equals
+        self.dirty = False  # executed something since its last snapshot (when snapshots are taken on an interval)
         self.bolt = new_component(shipped, component, task)
         self.context = TopologyContext(topology, component, task)
         self.collector = OutputCollector(topology, component, task, settings.acking, settings.capture, local_tasks)
@@ -164,6 +165,17 @@ class BoltTask:
             blob = self._dumps(state, own)
         self.version = version
         return Snapshot(version, blob)
+
+    def whole_snapshot(self, version: int) -> bytes:
+        """Everything the task would restart from, pickled: a stateful bolt's whole state, else its attributes."""
+        if self.state is None:
+            return self.snapshot(version).blob
+        try:
+            blob = cloudpickle.dumps(self.state._data, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
+        self.version = version
+        return blob
 
     def restore(self, snapshot: Snapshot) -> None:
         if self.state is not None:  # the whole state, as the driver keeps it

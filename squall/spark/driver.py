@@ -39,7 +39,7 @@ from squall.model.topology import Topology
 from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
 from squall.reliability.ids import IdGenerator
 from squall.spark.clock import Clock
-from squall.spark.protocol import RunSettings
+from squall.spark.protocol import RunSettings, SpoutStatus
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
@@ -110,7 +110,13 @@ class TopologyRun:
         restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}
         shipped = list(topology.components) if self.spouts_on_workers else list(topology.bolts)
         self._broadcast = ship_topology(sc, topology, self.conf, shipped)
-        settings = RunSettings(self.run_id, self._seed, self.acking, capture, self.num_ackers, self.spouts_on_workers)
+        where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
+        snapshot_root = os.fspath(where) if self.spouts_on_workers and where is not None else None
+        settings = RunSettings(
+            self.run_id, self._seed, self.acking, capture, self.num_ackers, self.spouts_on_workers, snapshot_root
+        )
+        self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
+        self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave
         self.scheduler = WaveScheduler(
             sc,
             topology,
@@ -264,7 +270,12 @@ class TopologyRun:
         calls = self.sizer.calls_per_spout_task() if self._wanted_active else 0
         rotations, self._rotations_due = self._rotations_due, 0
         simulated = self.clock.now() if self.clock.simulated else None
-        self.wave = self.scheduler.send(inputs, simulated, checkpoint, calls, rotations, self._wanted_active)
+        snapshot = now >= self._next_snapshot_at and self.scheduler.snapshot_due()
+        if snapshot:
+            self._next_snapshot_at = now + self.snapshot_interval
+        self.wave = self.scheduler.send(
+            inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
+        )
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
@@ -332,7 +343,10 @@ class TopologyRun:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""
         self.stats.pending = wave.pending
         self.stats.spout_emits_seen += wave.spout_emits
-        for task, (component, status) in wave.spouts.items():
+        self._apply_spout_statuses(wave.spouts)
+
+    def _apply_spout_statuses(self, statuses: dict[int, tuple[str, SpoutStatus]]) -> None:
+        for task, (component, status) in statuses.items():
             for stats in (self.stats.of(component), self.stats.of_task(component, task)):
                 stats.emitted += status.emitted
                 stats.acked += status.acked
@@ -376,5 +390,6 @@ class TopologyRun:
 
     def close(self) -> None:
         self.spout_host.close()  # if finish() did not
-        self.scheduler.close(fail_pending=self._fail_back)
+        self.scheduler.close(fail_pending=self._fail_back, active=self._wanted_active)
+        self._apply_spout_statuses(self.scheduler.final_spouts)
         self._broadcast.destroy()

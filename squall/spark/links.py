@@ -72,6 +72,8 @@ class PeerListener:
             read_frames(stream, self._inbox)
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         self._server.close()
         with self._lock:
             for connection in self._connections:

@@ -23,6 +23,7 @@ the run's secret; nothing from a connection is unpickled before it matches.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import socket
 import struct
@@ -52,6 +53,7 @@ class Snapshot:
     version: int
     blob: bytes
     delta: bool = False
+    path: str | None = None  # written by its worker (``snapshots.py``): ``blob`` is read from there
 
 
 @dataclass(slots=True)
@@ -110,6 +112,7 @@ class RunSettings:
     capture: bool
     num_ackers: int = 0  # topology.acker.executors
     spouts_on_workers: bool = False  # else the driver's process runs the spouts (TestCluster)
+    snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,7 @@ class Assign:
     spout_tasks: list[int] = field(default_factory=list)  # the spout tasks it hosts, when spouts run on workers
     ackers: list[int] = field(default_factory=list)  # the acker tasks it hosts
     acker_workers: dict[int, int] = field(default_factory=dict)  # every acker task -> the worker that hosts it
+    applied: int = 0  # the last wave whose acks were applied: the waves up to it run again with their acks dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +155,8 @@ class WaveInput:
     spout_calls: int = 0  # next_tuple calls each spout task here may get in this wave
     rotations: int = 0  # timeout rotations due before them
     active: bool = True  # False: the spouts are deactivated
+    snapshot: bool = False  # every bolt task writes its state at the end of this wave (``snapshots.py``)
+    replay: bool = False  # a wave run again after a worker loss: the spouts' logged tuples, acks dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +289,7 @@ class TaskReport:
     acks: AckBatch
     snapshot: Snapshot | None  # None when the task executed nothing: its state is unchanged
     captured: list[tuple]  # default-stream emits, when testing asks for them
+    written: Snapshot | None = None  # the snapshot it wrote at the end of a snapshot wave (its path)
 
 
 @dataclass(slots=True)
@@ -296,6 +303,9 @@ class SpoutStatus:
     malformed: int = 0
     errors: list[str] = field(default_factory=list)
     latencies: bytes | None = None  # complete latencies, an encoded HdrHistogram
+
+
+FINAL_REPORT = 0  # the wave of the report a worker's spouts make as the run stops
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +331,7 @@ class WorkerFailed:
 @dataclass(frozen=True, slots=True)
 class Stop:
     fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
+    active: bool = True  # False: a kill with a wait deactivated the spouts, which are told before closing
 
 
 def encode(message: Any, destination: int) -> bytes:
@@ -372,6 +383,10 @@ class WorkerChannel:
         ).start()
 
     def close(self) -> None:
+        """Shut the socket down first: the reading thread's blocked read then ends, and closing its stream (which
+        waits for that read) cannot hang."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         try:
             self._reader.close()
         finally:

@@ -38,6 +38,7 @@ from squall.spark.failures import fatal_message, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
 from squall.spark.protocol import (
     DRIVER,
+    FINAL_REPORT,
     AckBatch,
     Assign,
     Batch,
@@ -54,6 +55,7 @@ from squall.spark.protocol import (
     WaveInput,
     WorkerFailed,
 )
+from squall.spark.snapshots import SnapshotStore
 from squall.spark.worker import run_worker
 from squall.spark.worker_spouts import acker_placement, spout_placement
 
@@ -80,6 +82,8 @@ class WaveInFlight:
     spout_calls: int = 0
     rotations: int = 0
     active: bool = True
+    snapshot: bool = False
+    replay: bool = False
     reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
     spout_reports: dict[int, SpoutReport] = field(default_factory=dict)  # worker -> its spout tasks' report
 
@@ -155,6 +159,15 @@ class WaveScheduler:
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
         self.states: dict[int, tuple[int, dict]] = {task: (0, state) for task, state in (restored or {}).items()}
+        # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
+        self.store = SnapshotStore(settings.snapshot_root, settings.run_id) if settings.snapshot_root else None
+        self.snapshot_wave = 0  # the last complete snapshot
+        self.snapshot_refs: dict[int, Snapshot] = {}  # task -> its last snapshot written (a path)
+        self.snapshot_in_flight: int | None = None
+        self.wave_inputs: dict[int, tuple[float | None, dict[int, list[Batch]]]] = {}  # since the last snapshot
+        self._restored = {
+            t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
+        }
         self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
@@ -164,6 +177,7 @@ class WaveScheduler:
         self.failures_in_a_row = 0
         self.recoveries = 0
         self.failure: TopologyFailed | None = None
+        self.final_spouts: dict[int, tuple[str, SpoutStatus]] = {}  # the spouts' last counters, once closed
         self._connections: dict[int, int] = {}  # worker -> connection
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -241,6 +255,7 @@ class WaveScheduler:
         spout_calls: int = 0,
         rotations: int = 0,
         active: bool = True,
+        snapshot: bool = False,
     ) -> int:
         """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them; when spouts run on the
         workers, each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations. Returns the
@@ -256,8 +271,21 @@ class WaveScheduler:
                 tuples += len(batch.values)
             batches[-1].last = True
         flight = WaveInFlight(
-            wave, simulated_now, checkpoint, per_task, time.monotonic(), tuples, spout_calls, rotations, active
+            wave,
+            simulated_now,
+            checkpoint,
+            per_task,
+            time.monotonic(),
+            tuples,
+            spout_calls,
+            rotations,
+            active,
+            snapshot,
         )
+        if self.store is not None:
+            if snapshot:
+                self.snapshot_in_flight = wave
+            self.wave_inputs[wave] = (simulated_now, {t: list(b) for t, b in per_task.items()})
         self.inflight[wave] = flight
         if self.ready:
             self._send_wave(flight)
@@ -283,6 +311,8 @@ class WaveScheduler:
                         flight.spout_calls,
                         flight.rotations,
                         flight.active,
+                        flight.snapshot,
+                        flight.replay,
                     ),
                 )
             )
@@ -435,12 +465,13 @@ class WaveScheduler:
                     self.settings,
                     self.placement,
                     self.placement_of_worker[worker],
-                    self.applied,
+                    self.snapshot_wave if self.store is not None else self.applied,
                     {t: self.snapshot_of(t) for t in self.placement_of_worker[worker]},
                     {w: self._addresses[w] for w in self._connections},
                     [t for t, w in self.spout_workers.items() if w == worker],
                     [a for a, w in self.acker_workers.items() if w == worker],
                     self.acker_workers,
+                    self.applied,
                 ),
             )
             for worker, connection in self._connections.items()
@@ -449,9 +480,20 @@ class WaveScheduler:
         self.ready = True
         self._lost_at = None
         if self.spouts_on_workers:
-            # The spouts' tuples of the waves in flight are not kept: their trees fail back to the spout tasks,
-            # which replay them, and the next wave follows the last completed one.
+            # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
+            # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
             self.inflight.clear()
+            self.snapshot_in_flight = None
+            for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
+                simulated_now, batches = self.wave_inputs[wave]
+                for task_batches in batches.values():
+                    for batch in task_batches:
+                        batch.generation = self.generation
+                flight = WaveInFlight(wave, simulated_now, None, batches, time.monotonic(), 0, replay=True)
+                self.inflight[wave] = flight
+                self._send_wave(flight)
+            for wave in [w for w in self.wave_inputs if w > self.applied]:
+                del self.wave_inputs[wave]
             self.next_wave = self.applied + 1
             return
         for flight in self.inflight.values():
@@ -483,6 +525,8 @@ class WaveScheduler:
             if len(first.reports) < len(self.tasks) or len(first.spout_reports) < spout_reports:
                 break
             del self.inflight[first.wave]
+            if first.replay:  # run again to rebuild the tasks' state: applied, counted and acked the first time
+                continue
             done.append(self._complete(first))
             if self.spouts_on_workers:  # its acks may be applied at the ackers
                 self.hub.send([(c, Commit(self.generation, first.wave)) for c in self._connections.values()])
@@ -508,6 +552,8 @@ class WaveScheduler:
                 applying += time.perf_counter() - started
             elif report.snapshot is not None:
                 self.snapshots[task] = report.snapshot
+            if report.written is not None:
+                self.snapshot_refs[task] = report.written
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
@@ -518,9 +564,13 @@ class WaveScheduler:
         for spout_report in flight.spout_reports.values():
             spouts.update(spout_report.spouts)
         # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
-        self.checkpointer.completed(
-            flight.wave, lambda: {t: self.snapshots[t] for t in self.tasks if t not in self.states}
-        )
+        if self.store is not None:
+            if flight.snapshot:
+                self._snapshot_complete(flight.wave)
+        else:
+            self.checkpointer.completed(
+                flight.wave, lambda: {t: self.snapshots[t] for t in self.tasks if t not in self.states}
+            )
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now
@@ -541,8 +591,30 @@ class WaveScheduler:
             holds_acks,
         )
 
+    def snapshot_due(self) -> bool:
+        """Whether the next wave may be a snapshot wave: none is running."""
+        return self.store is not None and self.snapshot_in_flight is None
+
+    def _snapshot_complete(self, wave: int) -> None:
+        """Every bolt task has written its state as of ``wave`` (or had nothing new since its last): that is where
+        a lost worker's tasks restart from now; what it no longer needs is removed."""
+        self.snapshot_wave, self.snapshot_in_flight = wave, None
+        for done in [w for w in self.wave_inputs if w <= wave]:
+            del self.wave_inputs[done]
+        try:
+            self.store.complete(wave, {ref.version for ref in self.snapshot_refs.values()})
+        except Exception:
+            log.exception("topology %s: recording snapshot %d failed; it is used all the same", self.name, wave)
+
     def snapshot_of(self, task: int) -> Snapshot | None:
-        """The task's state as of the last completed wave, whole."""
+        """The task's state as of the last completed wave, whole; when the workers write the snapshots, as of the
+        last complete snapshot (where it was written)."""
+        if self.store is not None:
+            ref = self.snapshot_refs.get(task)
+            if ref is not None and ref.version <= self.snapshot_wave:
+                return ref
+            restored = self._restored.get(task)  # a stateful task that executed nothing since the start
+            return Snapshot(0, restored) if restored is not None else None
         if task in self.states:
             version, state = self.states[task]
             return Snapshot(version, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
@@ -555,17 +627,32 @@ class WaveScheduler:
         if self.hub is not None:
             self.hub.events.put(None)  # wakes a poll waiting for events
 
-    def close(self, timeout: float = 10.0, fail_pending: bool = False) -> None:
+    def _final_spout_reports(self) -> dict[int, tuple[str, SpoutStatus]]:
+        """What the workers' spouts did as they stopped (trees failed back), from the reports already in."""
+        final: dict[int, tuple[str, SpoutStatus]] = {}
+        while True:
+            try:
+                event = self.hub.events.get_nowait()
+            except Exception:  # queue.Empty
+                return final
+            message = event.message if isinstance(event, Received) else None
+            if isinstance(message, SpoutReport) and message.wave == FINAL_REPORT:
+                final.update(message.spouts)
+
+    def close(self, timeout: float = 10.0, fail_pending: bool = False, active: bool = True) -> None:
         """Stop the workers (their spouts failing their pending trees back first, with ``fail_pending``); a job
         that does not end (a worker waits for a core) is cancelled."""
         self.checkpointer.close()
         if self.hub is None:
             return
         self._closing = True
-        self.hub.send([(connection, Stop(fail_pending)) for connection in self._connections.values()])
+        self.hub.send([(connection, Stop(fail_pending, active)) for connection in self._connections.values()])
         if self._job is not None:
             self._job.join(timeout if self.ready else min(timeout, 1.0))
             if self._job.is_alive():
                 self.sc.cancelJobGroup(self._group)
                 self._job.join(timeout)
+        self.final_spouts = self._final_spout_reports()
         self.hub.close()
+        if self.store is not None:  # the run is over: its snapshots and spout logs are of no further use
+            self.store.remove()

@@ -36,6 +36,7 @@ from squall.spark.failures import TaskSetupError
 from squall.spark.links import Inbox, PeerLinks, PeerListener
 from squall.spark.protocol import (
     DRIVER,
+    FINAL_REPORT,
     AckBatch,
     AckerInput,
     Assign,
@@ -43,6 +44,8 @@ from squall.spark.protocol import (
     Commit,
     Hello,
     Release,
+    Snapshot,
+    SpoutReport,
     Stop,
     TaskReport,
     WaveInput,
@@ -50,10 +53,15 @@ from squall.spark.protocol import (
     WorkerFailed,
 )
 from squall.spark.shipping import ShippedTopology, load_shipped
+from squall.spark.snapshots import SnapshotStore
 from squall.spark.worker_spouts import WorkerSpouts
 from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.worker")
+
+
+def run_of(store: SnapshotStore) -> str:
+    return store.base.rsplit("/", 1)[-1]
 
 
 class HostedTask:
@@ -129,6 +137,9 @@ class Worker:
         self.spouts: WorkerSpouts | None = None  # its spout and acker tasks, when spouts run on the workers
         self.acker_workers: dict[int, int] = {}  # every acker task -> its worker, when spouts run on the workers
         self.num_ackers = 0
+        self.store: SnapshotStore | None = None  # when spouts run on the workers: snapshots on an interval
+        self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
+        self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -138,8 +149,10 @@ class Worker:
             if message is None:
                 return
             if isinstance(message, Stop):
-                if self.spouts is not None:
-                    self.spouts.close(message.fail_pending)
+                if self.spouts is not None:  # what closing did (trees failed back) reaches the run's counters
+                    self.spouts.close(message.fail_pending, message.active)
+                    statuses = self.spouts.take_statuses()
+                    self.channel.send(SpoutReport(self.generation, FINAL_REPORT, self.index, statuses, 0, 0))
                     self.spouts = None
                 return
             if isinstance(message, Batch):
@@ -166,6 +179,10 @@ class Worker:
         self.times[message.wave] = message.simulated_now
         if message.checkpoint is not None:
             self.checkpoints[message.wave] = message.checkpoint
+        if message.snapshot:
+            self.snapshot_waves.add(message.wave)
+        if message.replay:
+            self.replay_waves.add(message.wave)
         for batch in message.batches:
             self._deliver(batch)
         if self.spouts is not None:
@@ -175,16 +192,22 @@ class Worker:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
+        self.snapshot_waves, self.replay_waves = set(), set()
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
         self.links.update(message.peers)
         settings = message.settings
+        if settings.snapshot_root is not None and (self.store is None or run_of(self.store) != settings.run_id):
+            self.store = SnapshotStore(settings.snapshot_root, settings.run_id)
         forget_other_runs(settings.run_id)
         mine = frozenset(message.tasks)
         if settings.spouts_on_workers:
             self._assign_spouts(message)
         for task_id in message.tasks:
-            task = start_task(self.shipped, task_id, settings, message.snapshots.get(task_id), mine)
+            snapshot = message.snapshots.get(task_id)
+            if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
+                snapshot = Snapshot(snapshot.version, self._read_snapshot(task_id, snapshot.path))
+            task = start_task(self.shipped, task_id, settings, snapshot, mine)
             component = self.topology.component_of(task_id)
             upstream = [
                 source
@@ -196,6 +219,14 @@ class Worker:
                 {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
             )
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+
+    def _read_snapshot(self, task: int, path: str) -> bytes:
+        try:
+            return self.store.read_task(path)
+        except Exception as exc:
+            raise TaskSetupError(
+                self.topology.component_of(task), task, f"its snapshot {path} cannot be read", exc
+            ) from exc
 
     def _assign_spouts(self, message: Assign) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
@@ -209,14 +240,20 @@ class Worker:
             and self.spouts.settings.run_id == message.settings.run_id
         )
         if same:
-            self.spouts.restart(message.base_wave, bolt_tasks)
+            self.spouts.restart(message.applied, bolt_tasks)
             return
         if self.spouts is not None:
             self.spouts.close(fail_pending=True)
             self.spouts = None
         if message.spout_tasks or message.ackers:
             self.spouts = WorkerSpouts(
-                self.shipped, message.settings, message.spout_tasks, message.ackers, bolt_tasks, message.base_wave
+                self.shipped,
+                message.settings,
+                message.spout_tasks,
+                message.ackers,
+                bolt_tasks,
+                message.applied,
+                self.store,
             )
 
     def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch) -> None:
@@ -283,25 +320,46 @@ class Worker:
             except Exception as exc:
                 log.error("%s task %d: pre_commit(%d) raised", task.component, task.task, checkpoint, exc_info=True)
                 collector.report_error(exc)
-        snapshot = None
-        if status.executed or (task.state is not None and task.state.changed):
+        snapshot = written = None
+        if self.store is not None:
+            snapshot, written = self._interval_snapshot(task, wave, status.executed)
+        elif status.executed or (task.state is not None and task.state.changed):
             snapshot = task.snapshot(wave)
             status.unpicklable = sorted(task.unpicklable)
         acks = collector.take_acks()
         if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
-            self._send_acks(wave, task, acks)
+            if wave not in self.replay_waves:  # a replayed wave's acks were applied the first time
+                self._send_acks(wave, task, acks)
             acks = AckBatch.empty()
         captured = collector.captured
-        report = TaskReport(self.generation, wave, task.component, task.task, status, acks, snapshot, captured)
+        report = TaskReport(self.generation, wave, task.component, task.task, status, acks, snapshot, captured, written)
         self.channel.send(report)
         oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
         for done in [w for w in self.times if w < min(oldest, wave + 1)]:
             del self.times[done]  # no task here still needs that wave's time
             self.checkpoints.pop(done, None)
+            self.snapshot_waves.discard(done)
+            self.replay_waves.discard(done)
         hosted.wave, hosted.started = wave + 1, False
         hosted.waiting = set(hosted.producers)
         for batch in hosted.held.pop(hosted.wave, ()):
             self._execute(hosted, batch)
+
+    def _interval_snapshot(self, task: BoltTask, wave: int, executed: int) -> tuple[Snapshot | None, Snapshot | None]:
+        """Snapshots on an interval: a stateful task still reports what its state changed, every wave; at the end
+        of a snapshot wave a task that executed anything since its last snapshot writes its state to the store.
+        A task that executed anything since is no longer its last snapshot's live instance."""
+        delta = None
+        if task.state is not None and task.state.changed:
+            delta = task.snapshot(wave)
+        if executed:
+            task.dirty, task.version = True, None
+        if wave not in self.snapshot_waves or not task.dirty:
+            return delta, None
+        path = self.store.write_task(wave, task.task, task.whole_snapshot(wave))
+        task.collector.status.unpicklable = sorted(task.unpicklable)
+        task.dirty = False
+        return delta, Snapshot(wave, b"", path=path)
 
     def close(self) -> None:
         """Keep the tasks that stand between waves for a later start in this process; a task cut off

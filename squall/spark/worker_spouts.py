@@ -45,6 +45,7 @@ from squall.spark.protocol import (
     WaveInput,
 )
 from squall.spark.shipping import ShippedTopology, new_component
+from squall.spark.snapshots import SnapshotStore
 from squall.spark.spouts import SpoutHost
 from squall.spark.stats import RunStats
 from squall.spark.trees import PendingTrees
@@ -84,12 +85,14 @@ class WorkerSpouts:
         spout_tasks: list[int],
         ackers: list[int],
         bolt_tasks: int,
-        base_wave: int,
+        applied: int,
+        store: SnapshotStore | None = None,
     ) -> None:
         self.topology = shipped.topology
         self.settings = settings
         self.spout_tasks = frozenset(spout_tasks)
         self.ackers = frozenset(ackers)
+        self.store = store  # the spout tasks' emits of each wave are logged there, for replay
         self.stats = RunStats()
         conf = shipped.conf
         num_ackers = settings.num_ackers
@@ -111,26 +114,28 @@ class WorkerSpouts:
             )
             for component in self.topology.spouts
         }
-        self.restart(base_wave, bolt_tasks)
+        self.restart(applied, bolt_tasks)
 
-    def restart(self, base_wave: int, bolt_tasks: int) -> None:
-        """A new generation from wave ``base_wave``: the trees pending here fail back to their spout tasks, and
-        acks of waves after it, which run again, are dropped."""
+    def restart(self, applied: int, bolt_tasks: int) -> None:
+        """A new generation: the trees pending here fail back to their spout tasks; the waves up to ``applied``
+        had their acks applied, and those after it will run again."""
         if self.trees is not None and len(self.trees):
             failed = self.trees.fail_all()
             log.info("spout tasks %s: %d pending tree(s) failed back for replay", sorted(self.spout_tasks), len(failed))
             self.host.settle(failed)
             self.trees = self.host.trees = PendingTrees(self.settings.num_ackers, sorted(self.ackers))
-        self.generation_base = base_wave
         self.expected = bolt_tasks  # acker inputs a wave brings: one from every bolt task
         self.inputs: dict[int, list[AckerInput]] = defaultdict(list)
-        self.committed = self.applied = self.released = base_wave
+        self.committed = self.applied = self.released = applied
         self.held: list[tuple[int, AckBatch]] = []  # stateful tasks' acks, per wave, until a checkpoint holds them
 
     # -- a wave's spout calls ----------------------------------------------------------
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
-        """The wave's spout calls; its batches go out through ``send``."""
+        """The wave's spout calls (or, for a replayed wave, what the spout tasks logged for it); its batches go
+        out through ``send``."""
         use_simulated_time(message.simulated_now)
+        if message.replay:
+            return self._replay(message, worker, send)
         for _ in range(message.rotations):
             if self.trees is not None:
                 self.host.settle(self.trees.rotate())
@@ -144,6 +149,25 @@ class WorkerSpouts:
         for target, batches in self.host.take_wave().items():
             for batch in batches:
                 by_source[batch.source][target] = batch
+        if self.store is not None:
+            for task, batches in by_source.items():
+                self.store.log_spout_wave(task, message.wave, list(batches.values()))
+        self._send_wave(message, by_source, send)
+        pending = len(self.trees) if self.trees is not None else 0
+        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, emits)
+
+    def _replay(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
+        by_source: dict[int, dict[int, Batch]] = {}
+        for s in self.host.tasks:
+            by_source[s.task] = {batch.target: batch for batch in self.store.spout_wave(s.task, message.wave)}
+        self._send_wave(message, by_source, send)
+        pending = len(self.trees) if self.trees is not None else 0
+        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, 0)
+
+    def _send_wave(
+        self, message: WaveInput, by_source: dict[int, dict[int, Batch]], send: Callable[[Batch], None]
+    ) -> None:
+        """Each spout task's batches of the wave, each reader's ending its part (``last``), empty if need be."""
         for s in self.host.tasks:
             mine = by_source.get(s.task, {})
             for reader in self.readers[s.component]:
@@ -151,8 +175,6 @@ class WorkerSpouts:
                 batch.generation, batch.wave, batch.producer = message.generation, message.wave, s.task
                 batch.last = True
                 send(batch)
-        pending = len(self.trees) if self.trees is not None else 0
-        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, emits)
 
     def take_statuses(self) -> dict[int, tuple[str, SpoutStatus]]:
         """Each spout task's counters since the last report; they start again from zero."""
@@ -213,9 +235,12 @@ class WorkerSpouts:
             self.host.settle(self.trees.merge_acks(acks))
 
     # -- stopping -------------------------------------------------------------------------
-    def close(self, fail_pending: bool = False) -> None:
-        """Close the spout tasks here; with ``fail_pending``, their pending trees fail back to them first."""
+    def close(self, fail_pending: bool = False, active: bool = True) -> None:
+        """Close the spout tasks here; with ``fail_pending``, their pending trees fail back to them first, and
+        ``active`` False tells them ``deactivate`` before that, if they were not told yet."""
         try:
+            self.host.set_active(active)
+            self.host.apply_activation()
             if fail_pending and self.trees is not None and len(self.trees):
                 self.host.settle(self.trees.fail_all())
         finally:
