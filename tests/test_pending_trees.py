@@ -99,3 +99,30 @@ class PendingTreesMachine(RuleBasedStateMachine):
 
 PendingTreesMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 test_pending_trees_settle_like_a_dict = PendingTreesMachine.TestCase
+
+
+class LocalAckersMachine(PendingTreesMachine):
+    """The trees of a worker hosting acker tasks 1 and 3 of 5: every root goes to one of them by mod hashing,
+    and everything else holds as above."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trees = PendingTrees(num_ackers=5, ackers=[1, 3])
+
+    @invariant()
+    def roots_go_to_the_ackers_here(self):
+        assert {root % 5 for root in self.pending} <= {1, 3}
+
+
+LocalAckersMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+test_trees_of_a_worker_with_some_acker_tasks_settle_like_a_dict = LocalAckersMachine.TestCase
+
+
+def test_roots_alternate_over_the_acker_tasks_here_and_a_root_from_elsewhere_is_not_found():
+    trees = PendingTrees(num_ackers=4, ackers=[0, 2])
+    roots = [trees.start(7, i, 0.0) for i in range(6)]
+    residues = [r % 4 for r in roots]
+    assert residues[0::2] in ([0] * 3, [2] * 3) and sorted(residues) == [0, 0, 0, 2, 2, 2]
+    trees.merge_inits(np.array(roots, dtype=np.uint64), np.arange(1, 7, dtype=np.uint64))
+    assert [trees.get(r).msg_id for r in roots] == list(range(6))
+    assert trees.get(roots[0] + 1) is None  # acker 1 is not here

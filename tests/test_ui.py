@@ -169,7 +169,11 @@ def test_rest_api_and_metrics_give_exact_figures(spark):
             "errors": 0,
         }
         assert numbers["completeLatencyMs"]["p50"] > 0
-        (check,) = detail["bolts"]
+        check, acker = detail["bolts"]  # the topology's bolt, then Storm's __acker, on the workers
+        # Each of the 30 trees: one ack message merged (its one bolt acked or failed it), one settlement.
+        assert (acker["id"], acker["tasks"], acker["executed"], acker["emitted"]) == ("__acker", 1, 30, 30)
+        (acker_task,) = get(f"{url}/api/v1/topology/numbers/component/__acker")["taskStats"]
+        assert (acker_task["executed"], acker_task["emitted"]) == (30, 30)
         assert {k: check[k] for k in ("executed", "emitted", "acked", "failed", "errors")} == {
             "executed": 30,
             "emitted": 0,
@@ -197,6 +201,7 @@ def test_rest_api_and_metrics_give_exact_figures(spark):
         assert metric(metrics, "squall_tuples_acked_total", topology="numbers", component="numbers") == 19
         assert metric(metrics, "squall_tuples_failed_total", topology="numbers", component="numbers") == 11
         assert metric(metrics, "squall_tuples_executed_total", topology="numbers", component="check") == 30
+        assert metric(metrics, "squall_tuples_executed_total", topology="numbers", component="__acker") == 30
         assert metric(metrics, "squall_tuples_failed_total", topology="numbers", component="check") == 11
         assert metric(metrics, "squall_errors_total", topology="numbers", component="check") == 1
         assert metric(metrics, "squall_pending_trees", topology="numbers") == 0

@@ -52,6 +52,8 @@ from squall.time import simulated_time
 
 log = logging.getLogger("squall")
 
+ACKER = "__acker"  # Storm's name for the acker component
+
 
 @dataclass
 class WaveInfo:
@@ -88,6 +90,9 @@ class TopologyRun:
         self.num_ackers: int = self.conf[cfg.TOPOLOGY_ACKER_EXECUTORS]
         self.acking = self.num_ackers > 0
         self.spouts_on_workers = spouts_on_workers and bool(topology.bolts)
+        last_task = max((t for spec in topology.components.values() for t in spec.tasks), default=0)
+        # The acker tasks, numbered after the topology's own, as Storm numbers its __acker tasks.
+        self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)] if self.spouts_on_workers else []
         self.trees = PendingTrees(self.num_ackers) if self.acking and not self.spouts_on_workers else None
         self.outbox = DriverOutbox()  # the driver's tuples for the next wave: ticks, and spout emits if here
         self._rotations_due = 0  # timeout rotations for the spouts' workers to apply, with the next wave
@@ -344,6 +349,10 @@ class TopologyRun:
         self.stats.pending = wave.pending
         self.stats.spout_emits_seen += wave.spout_emits
         self._apply_spout_statuses(wave.spouts)
+        for acker, (merged, settled) in wave.ackers.items():  # Storm's __acker: executed acks, emitted settlements
+            for stats in (self.stats.of(ACKER), self.stats.of_task(ACKER, self.acker_task_ids[acker])):
+                stats.executed += merged
+                stats.emitted += settled
 
     def _apply_spout_statuses(self, statuses: dict[int, tuple[str, SpoutStatus]]) -> None:
         for task, (component, status) in statuses.items():

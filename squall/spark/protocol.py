@@ -318,6 +318,7 @@ class SpoutReport:
     spouts: dict[int, tuple[str, SpoutStatus]]  # spout task -> its component and status
     pending: int  # trees of the spout tasks here still pending
     emits: int  # in this wave
+    ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,7 @@ class CompletedWave:
     spout_emits: int = 0
     pending: int = 0  # trees pending at the spout tasks, as of this wave
     holds_acks: bool = False  # stateful tasks sent acks that wait for a checkpoint at their ackers
+    ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
 
 
 def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, spouts_on_workers: bool = False) -> int:
@@ -561,8 +562,10 @@ class WaveScheduler:
             if task in self.stateful_tasks and (report.status.acked or report.status.failed or report.status.emitted):
                 holds_acks = True
         spouts: dict[int, tuple[str, SpoutStatus]] = {}
+        ackers: dict[int, tuple[int, int]] = {}
         for spout_report in flight.spout_reports.values():
             spouts.update(spout_report.spouts)
+            ackers.update(spout_report.ackers)
         # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
         if self.store is not None:
             if flight.snapshot:
@@ -589,6 +592,7 @@ class WaveScheduler:
             sum(r.emits for r in flight.spout_reports.values()),
             sum(r.pending for r in flight.spout_reports.values()),
             holds_acks,
+            ackers,
         )
 
     def snapshot_due(self) -> bool:

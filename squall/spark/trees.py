@@ -107,6 +107,7 @@ class PendingTrees:
         self.ackers = sorted(ackers) if ackers is not None else list(range(num_ackers))
         self.ledger = PartitionedLedger(num_ackers)
         self.per_task: dict[int, int] = defaultdict(int)  # spout task -> its trees pending
+        self.acker_counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # acker -> [acks merged, settled]
         ids = IdGenerator(np.random.SeedSequence().entropy)  # never shared with a forked process
         prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
         self._prefix = prefix - prefix % num_ackers  # root - prefix is then the acker, mod num_ackers
@@ -207,6 +208,9 @@ class PendingTrees:
         for partition, part in enumerate(acks.by_partition(self.num_ackers)):
             if len(part):
                 outcome = self.ledger.partitions[partition].merge(part.roots, part.xors, None, part.failed, part.reset)
+                counts = self.acker_counts[partition]
+                counts[0] += len(part)
+                counts[1] += len(outcome.completed.roots) + len(outcome.failed.roots)
                 self._settle(outcome, settlement)
         return settlement
 

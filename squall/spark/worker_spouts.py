@@ -154,7 +154,8 @@ class WorkerSpouts:
                 self.store.log_spout_wave(task, message.wave, list(batches.values()))
         self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
-        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, emits)
+        statuses = self.take_statuses()
+        return SpoutReport(message.generation, message.wave, worker, statuses, pending, emits, self.take_ackers())
 
     def _replay(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
         by_source: dict[int, dict[int, Batch]] = {}
@@ -162,7 +163,8 @@ class WorkerSpouts:
             by_source[s.task] = {batch.target: batch for batch in self.store.spout_wave(s.task, message.wave)}
         self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
-        return SpoutReport(message.generation, message.wave, worker, self.take_statuses(), pending, 0)
+        statuses = self.take_statuses()
+        return SpoutReport(message.generation, message.wave, worker, statuses, pending, 0, self.take_ackers())
 
     def _send_wave(
         self, message: WaveInput, by_source: dict[int, dict[int, Batch]], send: Callable[[Batch], None]
@@ -175,6 +177,14 @@ class WorkerSpouts:
                 batch.generation, batch.wave, batch.producer = message.generation, message.wave, s.task
                 batch.last = True
                 send(batch)
+
+    def take_ackers(self) -> dict[int, tuple[int, int]]:
+        """Each acker task's acks merged and trees settled since the last report."""
+        if self.trees is None or not self.trees.acker_counts:
+            return {}
+        counts = {acker: (merged, settled) for acker, (merged, settled) in self.trees.acker_counts.items()}
+        self.trees.acker_counts.clear()
+        return counts
 
     def take_statuses(self) -> dict[int, tuple[str, SpoutStatus]]:
         """Each spout task's counters since the last report; they start again from zero."""

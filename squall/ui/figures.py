@@ -86,6 +86,19 @@ def running_secs(stats: RunStats, uptime: float) -> float:
     return stats.wave_seconds or uptime
 
 
+def system_components(run: Any) -> dict[str, list[int]]:
+    """Components squall adds, as Storm adds its own: ``__acker`` with its tasks, when they run on the workers."""
+    ackers = getattr(run, "acker_task_ids", None)
+    return {"__acker": list(ackers)} if ackers else {}
+
+
+def system_figures(run: Any, cid: str, uptime: float) -> dict[str, Any]:
+    """An acker component's figures: acks it merged (executed) and trees it settled (emitted)."""
+    tasks = system_components(run)[cid]
+    figures = _bolt_figures(run.stats.peek(cid), running_secs(run.stats, uptime))
+    return {"id": cid, "type": "bolt", "tasks": len(tasks), **figures}
+
+
 def component_figures(topology: Topology, stats: RunStats, cid: str, uptime: float) -> dict[str, Any]:
     spec = topology.components[cid]
     c = stats.peek(cid)
@@ -102,6 +115,7 @@ def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]
     detail = topology_summary(name, run, failed)
     detail["spouts"] = [component_figures(topology, stats, cid, uptime) for cid in topology.spouts]
     detail["bolts"] = [component_figures(topology, stats, cid, uptime) for cid in topology.bolts]
+    detail["bolts"] += [system_figures(run, cid, uptime) for cid in system_components(run)]
     detail["graph"] = [
         {"source": source, "target": target, "stream": stream, "grouping": grouping}
         for source, target, stream, grouping in edges(topology)
@@ -117,6 +131,11 @@ def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]
 
 def component_detail(name: str, run: Any, cid: str) -> dict[str, Any]:
     topology, stats, uptime = run.topology, run.stats, uptime_secs(run)
+    system = system_components(run)
+    if cid in system:
+        running = running_secs(stats, uptime)
+        rows = [{"task": task, **_bolt_figures(stats.peek(cid, task), running)} for task in system[cid]]
+        return {"topology": name, **system_figures(run, cid, uptime), "taskStats": rows, "errors": []}
     detail = {"topology": name, **component_figures(topology, stats, cid, uptime)}
     spec = topology.components[cid]
     rows = []

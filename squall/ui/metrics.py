@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from squall.spark.stats import ComponentStats
-from squall.ui.figures import ACTIVE, status_of, uptime_secs
+from squall.ui.figures import ACTIVE, status_of, system_components, uptime_secs
 
 # Complete-latency bucket bounds, in seconds.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -95,6 +95,13 @@ class TopologyCollector(Collector):
                             task_counters[metric].add_metric([name, cid, str(task)], value)
                 if spec.kind == "spout":
                     latency_rows.append(([name, cid], c))
+            for cid, tasks in system_components(run).items():  # __acker, as a bolt
+                for metric, _, attribute, kinds in COUNTERS:
+                    if "bolt" in kinds:
+                        counters[metric].add_metric([name, cid], getattr(stats.peek(cid), attribute))
+                        for task in tasks:
+                            value = getattr(stats.peek(cid, task), attribute)
+                            task_counters[metric].add_metric([name, cid, str(task)], value)
         yield from counters.values()
         yield from task_counters.values()
         yield from gauges.values()

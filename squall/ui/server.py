@@ -41,7 +41,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from squall.model.errors import SquallError
-from squall.ui.figures import component_detail, topology_detail, topology_summary
+from squall.ui.figures import component_detail, system_components, topology_detail, topology_summary
 from squall.ui.metrics import exposition
 
 log = logging.getLogger("squall.ui")
@@ -160,7 +160,7 @@ class UIServer:
         async def component(request: Request) -> Response:
             name, cid = request.path_params["name"], request.path_params["component"]
             run, _ = self._run(name)
-            if cid not in run.topology.components:
+            if cid not in run.topology.components and cid not in system_components(run):
                 raise _NotFound(f"topology {name!r} has no component {cid!r}")
             return JSONResponse(component_detail(name, run, cid))
 
