@@ -124,13 +124,12 @@ class WorkersCpu:
 
 
 def cpu_per_word(sentences: list[str], conf: dict) -> tuple[float, float]:
-    """Microseconds of CPU per word in the driver's process and in the run's Python workers."""
-    driver, workers = time.process_time(), WorkersCpu()
-    squall_throughput(sentences, conf)
-    workers_seconds = workers.stop()
-    driver_seconds = time.process_time() - driver - workers.own_seconds
+    """Microseconds of CPU per word in the driver's process and in the run's Python workers, from submitting
+    the topology to its last ack (the SparkContext and the cluster object exist before and after)."""
+    cpu: dict[str, float] = {}
+    squall_throughput(sentences, conf, cpu)
     words = len(sentences) * WORDS_PER_SENTENCE
-    return driver_seconds / words * 1e6, workers_seconds / words * 1e6
+    return cpu["driver"] / words * 1e6, cpu["workers"] / words * 1e6
 
 
 class Sentences(Spout):
@@ -192,13 +191,15 @@ def topology(spout: Sentences):
     return b.build()
 
 
-def squall_throughput(sentences: list[str], conf: dict) -> tuple[float, int]:
+def squall_throughput(sentences: list[str], conf: dict, cpu: dict | None = None) -> tuple[float, int]:
     """Seconds from submitting to every sentence processed (all acked when acking is on), and waves run. The
-    spout runs on a worker, as ``LocalCluster`` puts it; its acks are read from the run's stats."""
+    spout runs on a worker, as ``LocalCluster`` puts it; its acks are read from the run's stats. With ``cpu``,
+    the driver's and the workers' CPU seconds over the same span go into it."""
     spout = Sentences(sentences)
     words = len(sentences) * WORDS_PER_SENTENCE
     acking = conf.get("topology.acker.executors", 1)
     with LocalCluster() as cluster:
+        driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
         started = time.perf_counter()
         run = cluster.submit_topology("bench", conf, topology(spout))
         while (run.stats.of("sentences").acked if acking else run.stats.of("sink").executed) < (
@@ -206,8 +207,11 @@ def squall_throughput(sentences: list[str], conf: dict) -> tuple[float, int]:
         ):
             if cluster.failures:
                 raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
-            time.sleep(0.002)
+            time.sleep(0.01)
         seconds = time.perf_counter() - started
+        if workers is not None:
+            cpu["workers"] = workers.stop()
+            cpu["driver"] = time.process_time() - driver - workers.own_seconds
         assert run.stats.of("count").executed == words and run.stats.of("sink").executed == words
         if acking:
             assert run.stats.of("sentences").acked == len(sentences), run.stats.of("sentences").acked

@@ -282,6 +282,8 @@ class TopologyRun:
             inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
         )
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))
+        for statuses in self.scheduler.take_stopped_spouts():
+            self._apply_spout_statuses(statuses)
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
         if emits or self.stats.pending or not self._wanted_active:

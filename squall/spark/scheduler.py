@@ -179,6 +179,7 @@ class WaveScheduler:
         self.recoveries = 0
         self.failure: TopologyFailed | None = None
         self.final_spouts: dict[int, tuple[str, SpoutStatus]] = {}  # the spouts' last counters, once closed
+        self.stopped_spouts: list[dict[int, tuple[str, SpoutStatus]]] = []  # those of spouts a relaunch stopped
         self._connections: dict[int, int] = {}  # worker -> connection
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -237,7 +238,8 @@ class WaveScheduler:
         Nimbus reassigns a lost worker's executors to the slots that remain: the job's workers are stopped,
         what is left of it is cancelled, and a new job is launched."""
         log.warning("topology %s: %s; running on %d worker(s) (was %d)", self.name, why, workers, self.workers)
-        self.hub.send([(connection, Stop()) for connection in self._connections.values()])
+        # Their spouts fail their pending trees back before closing: the sources replay them.
+        self.hub.send([(connection, Stop(fail_pending=True)) for connection in self._connections.values()])
         self.sc.cancelJobGroup(self._group)
         self._connections.clear()
         self.ready = False
@@ -511,6 +513,9 @@ class WaveScheduler:
         self._complete_in_order(done)
 
     def _spout_report(self, report: SpoutReport, done: list[CompletedWave]) -> None:
+        if report.wave == FINAL_REPORT:  # spouts stopped (a relaunch): what they did as they closed still counts
+            self.stopped_spouts.append(report.spouts)
+            return
         if report.generation != self.generation:
             return
         flight = self.inflight.get(report.wave)
@@ -630,6 +635,11 @@ class WaveScheduler:
         self.interrupted.set()
         if self.hub is not None:
             self.hub.events.put(None)  # wakes a poll waiting for events
+
+    def take_stopped_spouts(self) -> list[dict[int, tuple[str, SpoutStatus]]]:
+        """The counters of spout tasks stopped since the last call (a relaunch), to fold into the run's."""
+        stopped, self.stopped_spouts = self.stopped_spouts, []
+        return stopped
 
     def _final_spout_reports(self) -> dict[int, tuple[str, SpoutStatus]]:
         """What the workers' spouts did as they stopped (trees failed back), from the reports already in."""
