@@ -161,10 +161,12 @@ class WaveInput:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Driver -> every worker: wave ``wave`` completed; the acks its tasks sent the ackers may be applied."""
+    """Driver -> every worker: wave ``wave`` completed; the acks its tasks sent the ackers may be applied.
+    ``snapshot``: the last complete snapshot, before which the spout logs are no longer needed."""
 
     generation: int
     wave: int
+    snapshot: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +288,7 @@ class TaskReport:
     component: str
     task: int
     status: TaskStatus
-    acks: AckBatch
+    acks: AckBatch | None  # None when the ackers are on the workers: the acks went there
     snapshot: Snapshot | None  # None when the task executed nothing: its state is unchanged
     captured: list[tuple]  # default-stream emits, when testing asks for them
     written: Snapshot | None = None  # the snapshot it wrote at the end of a snapshot wave (its path)
@@ -319,6 +321,13 @@ class SpoutReport:
     pending: int  # trees of the spout tasks here still pending
     emits: int  # in this wave
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """Worker -> driver: every report its tasks (and spout tasks) made for one wave, in one message."""
+
+    reports: list[TaskReport | SpoutReport]
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ from squall.spark.protocol import (
     TaskStatus,
     WaveInput,
     WorkerFailed,
+    WorkerReport,
 )
 from squall.spark.snapshots import SnapshotStore
 from squall.spark.worker import run_worker
@@ -355,8 +356,12 @@ class WaveScheduler:
     def _handle(self, event: Any, done: list[CompletedWave]) -> None:
         if isinstance(event, Received):
             message = event.message
-            if isinstance(message, TaskReport):
-                self._report(message, done)
+            if isinstance(message, WorkerReport):
+                for report in message.reports:
+                    if isinstance(report, TaskReport):
+                        self._report(report, done)
+                    else:
+                        self._spout_report(report, done)
             elif isinstance(message, SpoutReport):
                 self._spout_report(message, done)
             elif isinstance(message, Hello):
@@ -535,7 +540,8 @@ class WaveScheduler:
                 continue
             done.append(self._complete(first))
             if self.spouts_on_workers:  # its acks may be applied at the ackers
-                self.hub.send([(c, Commit(self.generation, first.wave)) for c in self._connections.values()])
+                commit = Commit(self.generation, first.wave, self.snapshot_wave)
+                self.hub.send([(c, commit) for c in self._connections.values()])
 
     def release(self, wave: int) -> None:
         """A checkpoint holding the stateful tasks' state as of ``wave`` is complete: the acks they sent up to it
@@ -563,7 +569,8 @@ class WaveScheduler:
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
-            (held if task in self.stateful_tasks else acks).append(report.acks)
+            if report.acks is not None:  # None: the task sent its acks to the ackers on the workers
+                (held if task in self.stateful_tasks else acks).append(report.acks)
             if task in self.stateful_tasks and (report.status.acked or report.status.failed or report.status.emitted):
                 holds_acks = True
         spouts: dict[int, tuple[str, SpoutStatus]] = {}

@@ -13,6 +13,7 @@ a worker is named in the error (``failures.TaskSetupError``) and stops the topol
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import site
@@ -49,6 +50,12 @@ def is_user_module(module: ModuleType) -> bool:
     path = getattr(module, "__file__", None)
     if not isinstance(path, str):
         return False  # built in, frozen, or a namespace package
+    return _is_user_path(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_user_path(path: str) -> bool:
+    """Whether a module file lies outside the installed packages (resolving its links once per path)."""
     return not os.path.realpath(path).startswith(_installed_roots())
 
 

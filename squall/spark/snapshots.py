@@ -8,7 +8,8 @@ When spouts run on the workers (``LocalCluster``, ``squall run``), the driver ho
 * every spout task writes what it emitted in each wave to ``<dir>/<run>/spout-log/task-<task>/wave-<wave>``,
   the input a restarted run replays;
 * when every task has reported a snapshot wave, the driver records it as the last complete snapshot
-  (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots and spout logs it no longer needs.
+  (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots no longer needed; its next ``Commit`` tells
+  the spout tasks, which remove their logs up to it.
 
 After a worker loss every bolt task restarts from the last complete snapshot, and the waves since it are run
 again from the spout logs, their acks dropped: they were applied the first time. A task's state after a
@@ -80,20 +81,20 @@ class SnapshotStore:
 
     def complete(self, wave: int, keep: set[int]) -> None:
         """Record the snapshot of ``wave`` as complete; remove the snapshot directories not in ``keep`` (those
-        some task's last snapshot still lives in) and the spout logs up to ``wave``."""
+        some task's last snapshot still lives in). The spout tasks remove their own logs up to it."""
         self._write(f"{self.base}/snapshots/{COMPLETE}", str(wave).encode())
         for name in self._children(f"{self.base}/snapshots"):
             if name.isdigit() and int(name) not in keep and int(name) < wave:
                 self._delete_dir(f"{self.base}/snapshots/{name}")
-        for task in self._children(f"{self.base}/spout-log"):
-            for name in self._children(f"{self.base}/spout-log/{task}"):
-                if name.startswith("wave-") and int(name[5:]) <= wave:
-                    self.filesystem.delete_file(f"{self.base}/spout-log/{task}/{name}")
 
     # -- spout logs ------------------------------------------------------------------------
     def log_spout_wave(self, task: int, wave: int, batches: list[Batch]) -> None:
         blob = cloudpickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)  # values of shipped classes too
         self._write(f"{self.base}/spout-log/task-{task}/wave-{wave}", blob)
+
+    def drop_spout_wave(self, task: int, wave: int) -> None:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.filesystem.delete_file(f"{self.base}/spout-log/task-{task}/wave-{wave}")
 
     def spout_wave(self, task: int, wave: int) -> list[Batch]:
         """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no file)."""

@@ -51,6 +51,7 @@ from squall.spark.protocol import (
     WaveInput,
     WorkerChannel,
     WorkerFailed,
+    WorkerReport,
 )
 from squall.spark.shipping import ShippedTopology, load_shipped
 from squall.spark.snapshots import SnapshotStore
@@ -140,6 +141,7 @@ class Worker:
         self.store: SnapshotStore | None = None  # when spouts run on the workers: snapshots on an interval
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
         self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
+        self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -166,7 +168,7 @@ class Worker:
                     self._wave(message)
             elif isinstance(message, Commit):
                 if message.generation == self.generation and self.spouts is not None:
-                    self.spouts.commit(message.wave)
+                    self.spouts.commit(message.wave, message.snapshot)
             elif isinstance(message, Release):
                 if message.generation == self.generation and self.spouts is not None:
                     self.spouts.release(message.wave)
@@ -185,14 +187,15 @@ class Worker:
             self.replay_waves.add(message.wave)
         for batch in message.batches:
             self._deliver(batch)
-        if self.spouts is not None:
-            self.channel.send(self.spouts.run_wave(message, self.index, self._send))
+        if self.spouts is not None and self.spouts.spout_tasks:  # a worker with acker tasks only has no calls
+            self._report(message.wave, self.spouts.run_wave(message, self.index, self._send))
 
     def _assign(self, message: Assign) -> None:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.snapshot_waves, self.replay_waves = set(), set()
+        self.reports = defaultdict(list)
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
         self.links.update(message.peers)
@@ -227,6 +230,14 @@ class Worker:
             raise TaskSetupError(
                 self.topology.component_of(task), task, f"its snapshot {path} cannot be read", exc
             ) from exc
+
+    def _report(self, wave: int, report: TaskReport | SpoutReport) -> None:
+        """Reports go to the driver together, one message a wave, once every task here (and the spout tasks)
+        has made its own."""
+        reports = self.reports[wave]
+        reports.append(report)
+        if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
+            self.channel.send(WorkerReport(self.reports.pop(wave)))
 
     def _assign_spouts(self, message: Assign) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
@@ -330,10 +341,10 @@ class Worker:
         if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
             if wave not in self.replay_waves:  # a replayed wave's acks were applied the first time
                 self._send_acks(wave, task, acks)
-            acks = AckBatch.empty()
+            acks = None
         captured = collector.captured
         report = TaskReport(self.generation, wave, task.component, task.task, status, acks, snapshot, captured, written)
-        self.channel.send(report)
+        self._report(wave, report)
         oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
         for done in [w for w in self.times if w < min(oldest, wave + 1)]:
             del self.times[done]  # no task here still needs that wave's time

@@ -29,7 +29,7 @@ redelivers what it had not acked (Storm's "acker task dies" case). Nothing ackno
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 from squall.model.errors import TopologyFailed
@@ -93,6 +93,7 @@ class WorkerSpouts:
         self.spout_tasks = frozenset(spout_tasks)
         self.ackers = frozenset(ackers)
         self.store = store  # the spout tasks' emits of each wave are logged there, for replay
+        self.logged: deque[tuple[int, int]] = deque()  # (spout task, wave) logged, oldest first
         self.stats = RunStats()
         conf = shipped.conf
         num_ackers = settings.num_ackers
@@ -152,6 +153,7 @@ class WorkerSpouts:
         if self.store is not None:
             for task, batches in by_source.items():
                 self.store.log_spout_wave(task, message.wave, list(batches.values()))
+                self.logged.append((task, message.wave))
         self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
@@ -220,9 +222,12 @@ class WorkerSpouts:
             self.inputs[message.wave].append(message)
             self._apply()
 
-    def commit(self, wave: int) -> None:
+    def commit(self, wave: int, snapshot: int = 0) -> None:
         self.committed = max(self.committed, wave)
         self._apply()
+        while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
+            task, logged_wave = self.logged.popleft()
+            self.store.drop_spout_wave(task, logged_wave)
 
     def release(self, wave: int) -> None:
         self.released = max(self.released, wave)
