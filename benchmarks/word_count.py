@@ -2,7 +2,7 @@
 
 Sentences of 8 words from a 10,000-word vocabulary. squall runs
 
-    sentences (spout, on the driver) --shuffle--> split (2) --fields(word)--> count (2) --local_or_shuffle--> sink (2)
+    sentences (spout, on a worker) --shuffle--> split (2) --fields(word)--> count (2) --local_or_shuffle--> sink (2)
 
 where count emits ``(word, count)`` anchored to its input and acks it, and the
 sink acks. Against it, two plain PySpark jobs over the same sentences on the

@@ -2,8 +2,9 @@
 
 A ``TopologyRun`` puts together the parts that each do one job:
 
-* ``spouts.SpoutHost``: the spout tasks, and the driver's tuples for the next wave;
-* ``trees.PendingTrees``: pending tuple trees, the acker ledger and timeouts;
+* ``spouts.SpoutHost``: the spout tasks, and the driver's tuples for the next wave (under ``TestCluster``;
+  under ``LocalCluster`` the spout and acker tasks run on the workers, and a step only starts a wave there);
+* ``trees.PendingTrees``: pending tuple trees, the acker ledger and timeouts (the same, where the spouts run);
 * ``scheduler.WaveScheduler``: the worker tasks, waves in flight, recovery and snapshots;
 * ``sizing.WaveSizer``: how many spout calls make a wave.
 

@@ -1,4 +1,5 @@
-"""Spout hosting, on the driver: spout tasks, their collectors, and the driver's tuples for the next wave.
+"""Spout hosting: spout tasks, their collectors, and their tuples for the next wave. The host runs on a worker
+(``worker_spouts.py``) under ``LocalCluster`` and ``squall run``, and in the test's process under ``TestCluster``.
 
 The host calls ``next_tuple`` on each spout task within its ``max.spout.pending``
 budget and the wave's size. An emit with a message id starts a tuple tree

@@ -1,10 +1,12 @@
-"""A squall worker: one long-lived Spark task that hosts bolt tasks for the whole run.
+"""A squall worker: one long-lived Spark task that hosts bolt tasks (and, under ``LocalCluster`` and
+``squall run``, spout and acker tasks: ``worker_spouts.py``) for the whole run.
 
 The run's worker job has one Spark task per worker. Each connects to the
-driver's hub, says ``Hello`` and is told by ``Assign`` which bolt tasks it hosts
+driver's hub, says ``Hello`` and is told by ``Assign`` which tasks it hosts
 and the state they start from. Then it serves messages until ``Stop``:
 
-* ``WaveInput`` starts a wave: the driver's tuples for the tasks here;
+* ``WaveInput`` starts a wave: the spout calls here, and the driver's tuples (ticks) for the tasks here;
+* ``Commit`` and ``Release`` let the acker tasks here apply a wave's acks; ``AckerInput`` brings them;
 * ``Batch`` brings an upstream task's tuples, from this worker (handed over in
   memory, never pickled) or from another one (over its link, ``links.py``);
   ``execute_batch`` runs each row through the task's bolt.
