@@ -197,7 +197,7 @@ def squall_throughput(sentences: list[str], conf: dict, cpu: dict | None = None)
     the driver's and the workers' CPU seconds over the same span go into it."""
     spout = Sentences(sentences)
     words = len(sentences) * WORDS_PER_SENTENCE
-    acking = conf.get("topology.acker.executors", 1)
+    acking = conf.get("topology.acker.executors") != 0
     with LocalCluster() as cluster:
         driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
         started = time.perf_counter()

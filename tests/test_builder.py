@@ -172,8 +172,8 @@ def test_bad_outputs_declaration():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("topology.acker.executors", -1, "'topology.acker.executors' must be an int >= 0, got -1"),
-        ("topology.acker.executors", "2", "'topology.acker.executors' must be an int >= 0, got '2'"),
+        ("topology.acker.executors", -1, "'topology.acker.executors' must be None or an int >= 0, got -1"),
+        ("topology.acker.executors", "2", "'topology.acker.executors' must be None or an int >= 0, got '2'"),
         ("topology.message.timeout.secs", 0, "'topology.message.timeout.secs' must be a number > 0, got 0"),
         ("topology.max.spout.pending", 0, "'topology.max.spout.pending' must be None or an int >= 1, got 0"),
         ("topology.enable.message.timeouts", 1, "'topology.enable.message.timeouts' must be a bool"),

@@ -47,7 +47,7 @@ SQUALL_AMQP_URL = "squall.amqp.url"  # amqp://guest:guest@127.0.0.1:5672/%2F
 SQUALL_POSTGRESQL_URL = "squall.postgresql.url"  # postgresql://user@127.0.0.1:5432/db
 
 DEFAULTS: dict[str, Any] = {
-    TOPOLOGY_ACKER_EXECUTORS: 1,
+    TOPOLOGY_ACKER_EXECUTORS: None,  # one per worker, as Storm's default since 1.0
     TOPOLOGY_MESSAGE_TIMEOUT_SECS: 30,
     TOPOLOGY_MAX_SPOUT_PENDING: None,
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: True,
@@ -157,7 +157,7 @@ def _store(v: Any) -> str | None:
 
 
 VALIDATORS: dict[str, Callable[[Any], str | None]] = {
-    TOPOLOGY_ACKER_EXECUTORS: _int_at_least(0),
+    TOPOLOGY_ACKER_EXECUTORS: _optional(_int_at_least(0)),
     TOPOLOGY_MESSAGE_TIMEOUT_SECS: _positive_number,
     TOPOLOGY_MAX_SPOUT_PENDING: _optional(_int_at_least(1)),
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: _bool,

@@ -88,9 +88,12 @@ class TopologyRun:
         self.run_id = f"{name}-{uuid.uuid4().hex[:12]}"
         self.stats = RunStats()
         self.captured: dict[str, list[tuple]] = defaultdict(list)
-        self.num_ackers: int = self.conf[cfg.TOPOLOGY_ACKER_EXECUTORS]
-        self.acking = self.num_ackers > 0
         self.spouts_on_workers = spouts_on_workers and bool(topology.bolts)
+        workers = worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS], self.spouts_on_workers)
+        declared = self.conf[cfg.TOPOLOGY_ACKER_EXECUTORS]
+        # Storm's default: one acker task per worker (one in the test's process under TestCluster).
+        self.num_ackers: int = declared if declared is not None else (workers if self.spouts_on_workers else 1)
+        self.acking = self.num_ackers > 0
         last_task = max((t for spec in topology.components.values() for t in spec.tasks), default=0)
         # The acker tasks, numbered after the topology's own, as Storm numbers its __acker tasks.
         self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)] if self.spouts_on_workers else []
@@ -128,7 +131,7 @@ class TopologyRun:
             topology,
             settings,
             self._broadcast,
-            worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS], self.spouts_on_workers),
+            workers,
             self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
             name,
             self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
