@@ -356,7 +356,9 @@ class WaveScheduler:
     def _handle(self, event: Any, done: list[CompletedWave]) -> None:
         if isinstance(event, Received):
             message = event.message
-            if isinstance(message, WorkerReport):
+            if isinstance(message, TaskReport):
+                self._report(message, done)
+            elif isinstance(message, WorkerReport):
                 for report in message.reports:
                     if isinstance(report, TaskReport):
                         self._report(report, done)

@@ -234,8 +234,11 @@ class Worker:
             ) from exc
 
     def _report(self, wave: int, report: TaskReport | SpoutReport) -> None:
-        """Reports go to the driver together, one message a wave, once every task here (and the spout tasks)
-        has made its own."""
+        """When spouts run on the workers, reports go to the driver together, one message a wave, once every task
+        here (and the spout tasks) has made its own."""
+        if not self.acker_workers and self.spouts is None:  # spouts and acks on the driver: each report at once
+            self.channel.send(report)
+            return
         reports = self.reports[wave]
         reports.append(report)
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
