@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, Fields, TopologyBuilder
@@ -65,7 +66,15 @@ class WordCount(Bolt):
         self.dirty: set[str] = set()
         self.held = []
         self.db = sqlite3.connect(self.db_path, timeout=30)  # rebuilt wherever the task runs
-        self.db.execute("PRAGMA journal_mode=WAL")
+        for attempt in range(50):  # WAL is kept in the file: one task switches it, others may find it locked
+            try:
+                if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
 
     def execute(self, tup):
         if tup.is_tick:

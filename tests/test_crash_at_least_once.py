@@ -111,7 +111,10 @@ def test_redis_streams_word_count_survives_a_driver_kill_and_a_worker_kill(redis
     rows = counted(out)
     twice, extra = check(messages, rows)
     assert client.xpending("crash-words", "squall")["pending"] == 0  # every entry acked
-    assert twice <= 2 * PENDING  # in flight at the driver kill, and in the wave the worker died in
+    # In flight at the driver kill; in flight at the worker loss (failed back and replayed by the source); and the
+    # waves since the last complete snapshot, run again from the spouts' logs: at most one
+    # squall.snapshot.interval.ms (1 s) of this run's emits, about 3,300 sentences, under max.spout.pending.
+    assert twice <= 3 * PENDING
     print(
         f"\nredis streams: seed={seed} messages={MESSAGES} words={len(rows) - extra}"
         f" driver_kill_at={fraction:.0%} worker_killed=1 counted_twice={twice} extra_words={extra}"
