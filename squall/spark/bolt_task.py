@@ -171,7 +171,7 @@ class BoltTask:
         if self.state is None:
             return self.snapshot(version).blob
         try:
-            blob = cloudpickle.dumps(self.state._data, protocol=pickle.HIGHEST_PROTOCOL)
+            blob = cloudpickle.dumps(dict(self.state.items()), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
         self.version = version
