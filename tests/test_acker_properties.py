@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from squall.reliability import (
@@ -42,7 +42,7 @@ class Msg:
 
 def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob: float):
     """Random tuple DAGs over several roots; returns messages in the order they were sent, which roots finished
-    acked/failed, and ``(enter, parent's ack)`` message index pairs."""
+    acked/failed, and ``(enter, parent's ack)`` message index pairs: one for each root a parent's ack is sent to."""
     rnd = random.Random(seed)
     ids = IdGenerator(seed)
     messages: list[Msg] = []
@@ -85,7 +85,7 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
             elif rnd.random() < ack_prob:
                 first = len(messages)
                 messages.extend(Msg("ack", r, v) for r, v in ack_messages(node))
-                precedes.extend((enter, first) for enter in node.child_enters)
+                precedes.extend((enter, ack) for enter in node.child_enters for ack in range(first, len(messages)))
                 for r in node.roots:
                     tree_acked[r] += 1
             else:
@@ -95,7 +95,7 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
         for node in live:
             first = len(messages)
             messages.extend(Msg("ack", r, v) for r, v in ack_messages(node))
-            precedes.extend((enter, first) for enter in node.child_enters)
+            precedes.extend((enter, ack) for enter in node.child_enters for ack in range(first, len(messages)))
             for r in node.roots:
                 tree_acked[r] += 1
         live.clear()
@@ -149,6 +149,8 @@ def expected_settlement(roots, wave_of, messages, fully_acked, failed_roots):
     waves=st.integers(1, 8),
     partitions=st.integers(1, 3),
 )
+# A parent in two trees acks in both; each ack waits for its children's enters, not only the first.
+@example(seed=23, n_roots=4, n_steps=23, ack_prob=0.5625, fail_prob=0.0, waves=2, partitions=1)
 def test_root_settles_exactly_when_its_tree_is_done(seed, n_roots, n_steps, ack_prob, fail_prob, waves, partitions):
     roots, messages, fully_acked, failed_roots, precedes = build_dags(seed, n_roots, n_steps, ack_prob, fail_prob)
     pick = random.Random(seed ^ 0x5EED)

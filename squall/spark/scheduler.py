@@ -63,6 +63,7 @@ from squall.spark.worker_spouts import acker_placement, spout_placement
 log = logging.getLogger("squall")
 
 READY_WARNING_SECS = 30.0
+STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing named in the log
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 
 
@@ -191,6 +192,7 @@ class WaveScheduler:
         self._lost_at: float | None = None  # when the run lost a worker it has not replaced yet
         self._executors_seen = self._executors()  # when it last chose its worker count
         self._grow_checked_at = time.monotonic()
+        self._stall_warned_at = time.monotonic()
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
         self.hub = Hub(hub_host(sc)) if workers else None
         if workers:
@@ -442,13 +444,32 @@ class WaveScheduler:
                     f"{self.workers - len(self._connections)} worker(s) not replaced within {self.replace_timeout}s",
                 )
             self._check_ready()
-        elif self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
+        elif self.inflight and now - self._stall_warned_at > STALL_WARNING_SECS:
+            self._warn_if_stalled(now)
+        if self.ready and self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
             self._grow_checked_at = now
             executors = self._executors()
             if executors > self._executors_seen:
                 self._relaunch(self.wanted_workers, f"{executors - self._executors_seen} executor(s) joined")
             else:
                 self._executors_seen = executors  # one lost since is not a reason to grow when it comes back
+
+    def _warn_if_stalled(self, now: float) -> None:
+        """Name the tasks the oldest wave in flight still waits for, once it has waited long."""
+        flight = self.inflight[min(self.inflight)]
+        if now - flight.sent_at < STALL_WARNING_SECS:
+            return
+        self._stall_warned_at = now
+        missing = [t for t in self.tasks if t not in flight.reports]
+        log.warning(
+            "topology %s: wave %d (generation %d) in flight for %.0fs; no report yet from tasks %s on workers %s",
+            self.name,
+            flight.wave,
+            self.generation,
+            now - flight.sent_at,
+            missing,
+            sorted({self.placement[t] for t in missing}),
+        )
 
     def _check_ready(self) -> None:
         if not self.ready and time.monotonic() - self._waiting_since > READY_WARNING_SECS:

@@ -144,6 +144,7 @@ class Worker:
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
         self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
         self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
+        self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -159,25 +160,36 @@ class Worker:
                     self.channel.send(SpoutReport(self.generation, FINAL_REPORT, self.index, statuses, 0, 0))
                     self.spouts = None
                 return
-            if isinstance(message, Batch):
-                if message.generation == self.generation:
-                    self._deliver(message)
+            if isinstance(message, Assign):
+                self._assign(message)
+            elif not self._current(message):
+                continue
+            elif isinstance(message, Batch):
+                self._deliver(message)
             elif isinstance(message, AckerInput):
-                if message.generation == self.generation and self.spouts is not None:
+                if self.spouts is not None:
                     self.spouts.acker_input(message)
             elif isinstance(message, WaveInput):
-                if message.generation == self.generation:
-                    self._wave(message)
+                self._wave(message)
             elif isinstance(message, Commit):
-                if message.generation == self.generation and self.spouts is not None:
+                if self.spouts is not None:
                     self.spouts.commit(message.wave, message.snapshot)
             elif isinstance(message, Release):
-                if message.generation == self.generation and self.spouts is not None:
+                if self.spouts is not None:
                     self.spouts.release(message.wave)
-            elif isinstance(message, Assign):
-                self._assign(message)
             else:
                 raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def _current(self, message: Any) -> bool:
+        """Whether ``message`` belongs to this worker's generation. One of a later generation is held: a peer
+        that got its ``Assign`` first may send before this worker's own arrives, over another connection."""
+        generation = getattr(message, "generation", None)
+        if generation is None:
+            raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+        if generation > self.generation:
+            self.ahead.append(message)
+            return False
+        return generation == self.generation
 
     def _wave(self, message: WaveInput) -> None:
         self.times[message.wave] = message.simulated_now
@@ -187,6 +199,10 @@ class Worker:
             self.snapshot_waves.add(message.wave)
         if message.replay:
             self.replay_waves.add(message.wave)
+        for hosted in self.tasks.values():  # peers' batches that came before the wave began here
+            if hosted.wave == message.wave:
+                for batch in hosted.held.pop(message.wave, ()):
+                    self._execute(hosted, batch)
         for batch in message.batches:
             self._deliver(batch)
         if self.spouts is not None and self.spouts.spout_tasks:  # a worker with acker tasks only has no calls
@@ -224,6 +240,12 @@ class Worker:
                 {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
             )
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+        ahead, self.ahead = self.ahead, []
+        for early in ahead:  # what peers sent this generation before its Assign came: in the order it came
+            if early.generation == self.generation:
+                self.local.append(early)
+            elif early.generation > self.generation:
+                self.ahead.append(early)
 
     def _read_snapshot(self, task: int, path: str) -> bytes:
         try:
@@ -299,7 +321,7 @@ class Worker:
     # -- waves ---------------------------------------------------------------------
     def _deliver(self, batch: Batch) -> None:
         hosted = self.tasks[batch.target]
-        if batch.wave != hosted.wave:
+        if batch.wave != hosted.wave or batch.wave not in self.times:  # a later wave, or one not begun here
             hosted.held[batch.wave].append(batch)
             return
         self._execute(hosted, batch)
@@ -358,8 +380,9 @@ class Worker:
             self.replay_waves.discard(done)
         hosted.wave, hosted.started = wave + 1, False
         hosted.waiting = set(hosted.producers)
-        for batch in hosted.held.pop(hosted.wave, ()):
-            self._execute(hosted, batch)
+        if hosted.wave in self.times:  # else its WaveInput releases what is held
+            for batch in hosted.held.pop(hosted.wave, ()):
+                self._execute(hosted, batch)
 
     def _interval_snapshot(self, task: BoltTask, wave: int, executed: int) -> tuple[Snapshot | None, Snapshot | None]:
         """Snapshots on an interval: a stateful task still reports what its state changed, every wave; at the end
