@@ -6,6 +6,7 @@ under CI (``CI`` set), where a missing server is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -36,17 +37,19 @@ def require(binary: str, package: str) -> str:
     return path
 
 
-def wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+def wait_for_port(
+    port: int, process: subprocess.Popen, what: str, timeout: float = 30.0, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited with {process.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout}s")
+    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout}s")
 
 
 class RedisServer:
@@ -226,33 +229,38 @@ class SparkStandaloneCluster:
     ``kill_worker`` SIGKILLs a worker together with everything it runs.
     """
 
-    def __init__(self, directory: Path, workers: int = 2, worker_memory: str = "1g") -> None:
+    def __init__(
+        self, directory: Path, workers: int = 2, worker_memory: str = "1g", hosts: NetworkHosts | None = None
+    ) -> None:
+        """On loopback; or, given ``hosts``, the master on host ``master`` and worker *i* on host ``worker<i>``."""
         import pyspark
 
         self.home = Path(pyspark.__file__).parent
-        self.directory, self.worker_memory = directory, worker_memory
+        self.directory, self.worker_memory, self.hosts = directory, worker_memory, hosts
+        self.host = hosts.ip("master") if hosts else "127.0.0.1"
         self.port, self.ui_port = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1"}
+        self.url = f"spark://{self.host}:{self.port}"
+        self.env = {**os.environ, "SPARK_HOME": str(self.home)}
         self.env.pop("SPARK_CONF_DIR", None)
-        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port)]
-        self.master = self._spawn(
-            "master",
-            [*master, "--webui-port", str(self.ui_port)],
-        )
-        wait_for_port(self.port, self.master, "Spark master", timeout=60)
+        master = ["org.apache.spark.deploy.master.Master", "--host", self.host, "--port", str(self.port)]
+        self.master = self._spawn("master", [*master, "--webui-port", str(self.ui_port)], "master")
+        wait_for_port(self.port, self.master, "Spark master", timeout=60, host=self.host)
         # Its web UI too, before any worker starts: a port only picked, not yet bound, could go to another.
-        wait_for_port(self.ui_port, self.master, "Spark master's web UI", timeout=60)
+        wait_for_port(self.ui_port, self.master, "Spark master's web UI", timeout=60, host=self.host)
         self.workers: list[subprocess.Popen] = []
         self.work_dirs: list[Path] = []
         for _ in range(workers):
             self.add_worker()
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], host: str | None = None) -> subprocess.Popen:
         log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - the process writes it until it stops
+        command = [str(self.home / "bin" / "spark-class"), *args]
+        ip = "127.0.0.1"
+        if self.hosts is not None:
+            command, ip = self.hosts.command(host, command), self.hosts.ip(host)
         return subprocess.Popen(
-            [str(self.home / "bin" / "spark-class"), *args],
-            env=self.env,
+            command,
+            env={**self.env, "SPARK_LOCAL_IP": ip},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -263,9 +271,11 @@ class SparkStandaloneCluster:
         index = len(self.workers)
         work_dir = self.directory / f"worker-{index}"
         work_dir.mkdir()
-        args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores", "1"]
+        host = f"worker{index}"
+        ip = self.hosts.ip(host) if self.hosts else "127.0.0.1"
+        args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", ip, "--cores", "1"]
         args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", "0"]  # any free port
-        self.workers.append(self._spawn(f"worker-{index}", args))
+        self.workers.append(self._spawn(f"worker-{index}", args, host))
         self.work_dirs.append(work_dir)
         self.wait_alive(self.alive() + 1)
         return index
@@ -274,7 +284,7 @@ class SparkStandaloneCluster:
         import json
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
+        with urllib.request.urlopen(f"http://{self.host}:{self.ui_port}/json/", timeout=5) as response:
             return json.load(response)
 
     def alive(self) -> int:
@@ -309,6 +319,73 @@ class SparkStandaloneCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+class NetworkHosts:
+    """Hosts made of network namespaces on this machine (``ip netns``): each with its own interface, address
+    and loopback, all joined by one bridge, as machines on one switch. The bridge has an address too, so this
+    process reaches every host. What crosses a host's interface is counted by its end of the veth pair."""
+
+    def __init__(self, names: list[str]) -> None:
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            message = "network namespaces need root and iproute2's ip"
+            if os.environ.get("CI"):
+                pytest.fail(f"{message}; CI must run the multi-host test")
+            pytest.skip(message)
+        tag = os.getpid() % 100_000
+        self.subnet = f"198.18.{tag % 250}"  # RFC 2544's benchmarking range: no real network uses it
+        self.bridge = f"sqb{tag}"
+        self._hosts = {
+            name: (f"squall-{tag}-{name}", f"sq{tag}h{i}", f"{self.subnet}.{i + 2}") for i, name in enumerate(names)
+        }
+        try:
+            self._ip("link", "add", self.bridge, "type", "bridge")
+            self._ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+            self._ip("link", "set", self.bridge, "up")
+            for namespace, veth, address in self._hosts.values():
+                self._ip("netns", "add", namespace)
+                self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+                self._ip("link", "set", veth, "master", self.bridge, "up")
+                self._ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+                self._ip("-n", namespace, "link", "set", "eth0", "up")
+                self._ip("-n", namespace, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    def ip(self, name: str) -> str:
+        return self._hosts[name][2]
+
+    def command(self, name: str, args: list[str]) -> list[str]:
+        """``args`` run on host ``name``."""
+        return ["ip", "netns", "exec", self._hosts[name][0], *args]
+
+    def bytes(self, name: str) -> int:
+        """Bytes that crossed host ``name``'s interface, both ways."""
+        statistics = Path("/sys/class/net") / self._hosts[name][1] / "statistics"
+        return sum(int((statistics / f"{way}_bytes").read_text()) for way in ("rx", "tx"))
+
+    def pids(self, name: str) -> list[int]:
+        listed = subprocess.run(["ip", "netns", "pids", self._hosts[name][0]], capture_output=True, text=True)
+        return [int(pid) for pid in listed.stdout.split()]
+
+    def kill_all(self, name: str) -> int:
+        """SIGKILL every process on host ``name``, as a machine that loses power; how many there were."""
+        pids = self.pids(name)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
+
+    def close(self) -> None:
+        for name, (namespace, _, _) in self._hosts.items():
+            self.kill_all(name)
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
 
 def wait_for(condition, what: str, timeout: float = 120.0, process=None) -> None:

@@ -90,3 +90,64 @@ def test_decode_values():
         with pytest.raises(MalformedMessage) as info:
             decode_values(body, f)
         assert message in str(info.value)
+
+
+def test_open_many_claims_the_oldest_in_one_go_and_ack_many_and_abort_many_settle_them(path):
+    a, b = ReliableQueue(path, "q"), ReliableQueue(path, "q")
+    ids = a.put_many(["m1", "m2", "m3", "m4", "m5"])
+    assert [i for i, _ in a.open_many(3)] == ids[:3]
+    assert b.open_many(10) == [(ids[3], '"m4"'), (ids[4], '"m5"')]
+    a.ack_many(ids[:2])
+    a.abort_many([ids[2]])
+    b.ack_many(ids[:2])  # not b's: nothing happens
+    assert a.counts() == {"ready": 1, "pending": 2, "dead": 0}
+    assert b.open_many(10) == [(ids[2], '"m3"')]
+
+
+class RecordingCollector:
+    """What a spout emits and reports, as a unit test of a Storm spout records it."""
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[tuple, object]] = []
+        self.malformed: list[str] = []
+
+    def emit(self, values, stream="default", msg_id=None):
+        self.emitted.append((tuple(values), msg_id))
+
+    def report_malformed(self, text: str) -> None:
+        self.malformed.append(text)
+
+
+def test_queue_spout_claims_in_batches_removes_acks_together_and_gives_back_what_it_did_not_emit(path):
+    from squall.connectors import QueueSpout
+
+    producer = ReliableQueue(path, "q")
+    ids = producer.put_many([[f"s{i}"] for i in range(5)])
+    spout, collector = QueueSpout(path, "q", fields=["sentence"], prefetch=2), RecordingCollector()
+    spout.open({}, None, collector)
+
+    spout.next_tuple()
+    assert collector.emitted == [(("s0",), ids[0])]
+    assert producer.counts() == {"ready": 3, "pending": 2, "dead": 0}  # two claimed at once
+
+    spout.ack(ids[0])
+    assert producer.counts()["pending"] == 2  # removed at the spout's next call
+    spout.next_tuple()
+    spout.next_tuple()
+    assert [msg_id for _, msg_id in collector.emitted] == ids[:3]
+    assert producer.counts() == {"ready": 1, "pending": 3, "dead": 0}  # s0 removed; s1, s2 emitted, s3 claimed
+
+    spout.fail(ids[1])  # back on the queue at once
+    spout.ack(ids[2])
+    spout.deactivate()  # s2's removal, and s3 (claimed, never emitted) back on the queue
+    assert producer.counts() == {"ready": 3, "pending": 0, "dead": 0}
+    assert [i for i, _ in producer.open_many(5)] == [ids[1], ids[3], ids[4]]
+
+    spout.close()
+
+
+def test_queue_spout_refuses_a_prefetch_below_one(path):
+    from squall.connectors import QueueSpout
+
+    with pytest.raises(ValueError, match="QueueSpout prefetch must be an int >= 1, got 0"):
+        QueueSpout(path, "q", prefetch=0)

@@ -7,6 +7,7 @@ it through a SQLite file.
 * ``open()`` hands out the oldest ready message and marks it pending for this
   consumer, with a unique id; no other consumer sees it while it is pending.
 * ``ack(id)`` removes it; ``abort(id)`` puts it back at the head of the queue.
+* ``open_many``, ``ack_many`` and ``abort_many`` do the same for many messages in one transaction.
 * When a consumer closes, or its process dies, its pending messages go back on
   the queue. A consumer on this host is dead when its process is gone; a
   consumer elsewhere is dead when it has not been heard from for ``lease_secs``.
@@ -23,6 +24,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -108,21 +110,26 @@ class ReliableQueue:
 
         ``body`` is the stored JSON text; decode it with ``json.loads``.
         """
+        messages = self.open_many(1)
+        return messages[0] if messages else None
+
+    def open_many(self, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` of the oldest ready messages, oldest first, now pending for this consumer: one
+        transaction for them all."""
         if time.time() - self._last_reclaim > 1.0:
             self.reclaim()
         with self._tx():
             self._heartbeat()
-            row = self._db.execute(
+            rows = self._db.execute(
                 "SELECT id, body FROM messages WHERE queue = ? AND consumer IS NULL AND dead_reason IS NULL"
-                " ORDER BY id LIMIT 1",
-                (self.queue,),
-            ).fetchone()
-            if row is None:
-                return None
-            self._db.execute(
-                "UPDATE messages SET consumer = ?, deliveries = deliveries + 1 WHERE id = ?", (self.consumer, row[0])
+                " ORDER BY id LIMIT ?",
+                (self.queue, limit),
+            ).fetchall()
+            self._db.executemany(
+                "UPDATE messages SET consumer = ?, deliveries = deliveries + 1 WHERE id = ?",
+                [(self.consumer, message_id) for message_id, _ in rows],
             )
-        return row[0], row[1]
+        return rows
 
     def _heartbeat(self) -> None:
         """Say this consumer is alive (and register it again should another have judged it dead)."""
@@ -132,13 +139,24 @@ class ReliableQueue:
         )
 
     def ack(self, message_id: int) -> None:
+        self.ack_many([message_id])
+
+    def ack_many(self, message_ids: Iterable[int]) -> None:
+        """Remove these messages of this consumer, in one transaction."""
         with self._tx():
-            self._db.execute("DELETE FROM messages WHERE id = ? AND consumer = ?", (message_id, self.consumer))
+            self._db.executemany(
+                "DELETE FROM messages WHERE id = ? AND consumer = ?", [(i, self.consumer) for i in message_ids]
+            )
 
     def abort(self, message_id: int) -> None:
+        self.abort_many([message_id])
+
+    def abort_many(self, message_ids: Iterable[int]) -> None:
+        """Put these messages of this consumer back on the queue, in one transaction."""
         with self._tx():
-            self._db.execute(
-                "UPDATE messages SET consumer = NULL WHERE id = ? AND consumer = ?", (message_id, self.consumer)
+            self._db.executemany(
+                "UPDATE messages SET consumer = NULL WHERE id = ? AND consumer = ?",
+                [(i, self.consumer) for i in message_ids],
             )
 
     def dead_letter(self, message_id: int, reason: str) -> None:
@@ -232,24 +250,41 @@ class QueueSpout(Spout):
     the queue hands it out again; if the spout's process dies, the queue puts its
     pending messages back. Malformed messages (invalid JSON, the wrong number of
     fields) are reported, set aside in the queue (``dead``) and never emitted.
+
+    Reads and acks go to the queue in batches, as a Kafka consumer polls: each
+    claim takes up to ``prefetch`` messages in one transaction (they are pending
+    for this spout from then on, and go back on the queue on ``deactivate`` and
+    ``close``), and acks are removed together at the spout's next call, or once
+    ``prefetch`` of them wait. A message acked but not yet removed when the
+    spout's process dies is delivered again, as at-least-once allows.
     """
 
     def __init__(
-        self, path: str | os.PathLike, queue: str = "default", fields: Sequence[str] | Fields = ("value",)
+        self,
+        path: str | os.PathLike,
+        queue: str = "default",
+        fields: Sequence[str] | Fields = ("value",),
+        prefetch: int = 100,
     ) -> None:
-        self.path, self.queue = str(path), queue
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
+            raise ValueError(f"QueueSpout prefetch must be an int >= 1, got {prefetch!r}")
+        self.path, self.queue, self.prefetch = str(path), queue, prefetch
         self.outputs = as_fields(fields)
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
         self._queue = ReliableQueue(self.path, self.queue)
+        self._claimed: deque[tuple[int, str]] = deque()  # pending for this spout, not emitted yet
+        self._acked: list[int] = []  # acked, not yet removed from the queue
 
     def next_tuple(self) -> None:
+        self._remove_acked()
         while True:
-            message = self._queue.open()
-            if message is None:
-                return
-            message_id, body = message
+            if not self._claimed:
+                self._claimed.extend(self._queue.open_many(self.prefetch))
+                if not self._claimed:
+                    return
+            message_id, body = self._claimed.popleft()
             try:
                 values = decode_values(body, self.outputs)
             except MalformedMessage as exc:
@@ -260,10 +295,24 @@ class QueueSpout(Spout):
             return
 
     def ack(self, msg_id: int) -> None:
-        self._queue.ack(msg_id)
+        self._acked.append(msg_id)
+        if len(self._acked) >= self.prefetch:
+            self._remove_acked()
 
     def fail(self, msg_id: int) -> None:
         self._queue.abort(msg_id)
 
+    def deactivate(self) -> None:
+        """Acked messages are removed, and those claimed but not emitted go back for other consumers."""
+        self._remove_acked()
+        self._queue.abort_many([message_id for message_id, _ in self._claimed])
+        self._claimed.clear()
+
     def close(self) -> None:
-        self._queue.close()
+        self._remove_acked()
+        self._queue.close()  # every message still pending here goes back on the queue
+
+    def _remove_acked(self) -> None:
+        if self._acked:
+            self._queue.ack_many(self._acked)
+            self._acked = []

@@ -37,6 +37,7 @@ SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose jo
 # How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
 SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
+SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
@@ -68,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
+    SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
@@ -178,6 +180,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
+    SQUALL_IDLE_MAX_SLEEP_SECS: _positive_number,
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,

@@ -29,6 +29,8 @@ from squall.spark.stats import RunStats
 log = logging.getLogger("squall")
 
 KILL_JOIN_SECS = 30.0  # a step interrupted by a kill returns within about a second; a spout call may not
+LONG_IDLE_SECS = 1.0  # idle this long with no tree pending, pauses grow to squall.idle.max.sleep.secs
+FIRST_IDLE_PAUSE_SECS = 0.002  # the first pause after a step that moved nothing; doubles up to the idle sleep
 
 
 def is_local_path(url: str) -> bool:
@@ -161,7 +163,9 @@ class LocalCluster:
                     run.finish(self._fail_back.get(run.name, False))
 
     def _steps(self, run: TopologyRun, stop: threading.Event) -> None:
-        sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS]
+        sleep, long_sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS], run.conf[cfg.SQUALL_IDLE_MAX_SLEEP_SECS]
+        idle_for = getattr(run, "idle_for", None)
+        pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
         limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
             try:
@@ -180,8 +184,12 @@ class LocalCluster:
                     log.error("%s", self.failures[run.name])
                     return
                 info = None
-            if info is None or info.idle:
-                stop.wait(sleep)
+            if info is None or info.idle:  # as Storm's progressive wait strategy: longer pauses while nothing moves
+                stop.wait(pause)
+                long_idle = idle_for is not None and idle_for() >= LONG_IDLE_SECS  # no tree pending all along
+                pause = min(max(sleep, long_sleep) if long_idle else sleep, pause * 2)
+            else:
+                pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
 
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Stop a topology. With ``wait_secs``, as ``storm kill -w``: the spouts are deactivated, the pending

@@ -99,6 +99,7 @@ class TopologyRun:
         self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)] if self.spouts_on_workers else []
         self.trees = PendingTrees(self.num_ackers) if self.acking and not self.spouts_on_workers else None
         self.outbox = DriverOutbox()  # the driver's tuples for the next wave: ticks, and spout emits if here
+        self._settled_seen = 0  # trees acked or failed on the spouts' workers, as their reports said
         self._rotations_due = 0  # timeout rotations for the spouts' workers to apply, with the next wave
         self._wanted_active = True
         self._fail_back = False
@@ -271,7 +272,7 @@ class TopologyRun:
     def _step_on_workers(self, now: float) -> WaveInfo:
         """A wave whose spout calls happen on the workers: every step sends one, as each may bring emits."""
         self._fire_timers(now)
-        before = self.stats.spout_emits_seen
+        before, settled_before = self.stats.spout_emits_seen, self._settled_seen
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         inputs = self.outbox.take()
         ticks = sum(len(b.values) for batches in inputs.values() for b in batches)
@@ -294,8 +295,12 @@ class TopologyRun:
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = self.clock.now()
-        # Idle when the waves that completed brought nothing: the caller may pause before the next one.
-        return WaveInfo(emits, emits + ticks, completed if emits or ticks or self.stats.pending else 0)
+        # Idle when the waves that completed brought no emit and settled no tree, and no tick went out: the caller
+        # may pause before the next one (spouts held back by topology.max.spout.pending wait for acks).
+        moved = emits or ticks or self._settled_seen != settled_before
+        if not moved:  # the caller may pause: the acks of the waves just completed are applied meanwhile
+            self.scheduler.flush_commit()
+        return WaveInfo(emits, emits + ticks, completed if moved else 0)
 
     @property
     def state_waiting(self) -> bool:
@@ -362,6 +367,7 @@ class TopologyRun:
 
     def _apply_spout_statuses(self, statuses: dict[int, tuple[str, SpoutStatus]]) -> None:
         for task, (component, status) in statuses.items():
+            self._settled_seen += status.acked + status.failed
             for stats in (self.stats.of(component), self.stats.of_task(component, task)):
                 stats.emitted += status.emitted
                 stats.acked += status.acked

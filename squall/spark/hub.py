@@ -47,6 +47,8 @@ class Hub:
         self._writers: dict[int, asyncio.StreamWriter] = {}  # connection -> writer
         self._workers: dict[int, int] = {}  # worker -> its current connection
         self._next_connection = 0
+        self.bytes_in = 0  # what the workers sent the driver, frames and secrets
+        self.bytes_out = 0  # what the driver sent the workers
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(host,), name="squall-hub", daemon=True)
@@ -85,6 +87,7 @@ class Hub:
             while True:
                 length, destination = HEADER.unpack(await reader.readexactly(HEADER.size))
                 payload = await reader.readexactly(length)
+                self.bytes_in += HEADER.size + length
                 if destination != TO_DRIVER:
                     log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
                     return
@@ -107,6 +110,7 @@ class Hub:
             writer = self._writers.get(connection)
             if writer is not None:
                 writer.write(frame)
+                self.bytes_out += len(frame)
 
     def send(self, messages: list[tuple[int, Any]]) -> None:
         """Send ``(connection, message)`` pairs, in order, as one step of the loop."""

@@ -29,7 +29,7 @@ import socket
 import struct
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -42,6 +42,18 @@ DRIVER = -1  # the producer id of tuples the driver sends (spout emits, ticks)
 SECRET_BYTES = 32
 
 
+def wire(cls: type) -> type:
+    """Pickle a message class as its field values in order, without their names: frames stay small."""
+    names = tuple(f.name for f in fields(cls))
+
+    def __reduce__(self: Any) -> tuple:
+        return cls, tuple(getattr(self, name) for name in names)
+
+    cls.__reduce__ = __reduce__
+    return cls
+
+
+@wire
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """A bolt task's pickled attributes after the wave ``version``.
@@ -56,6 +68,7 @@ class Snapshot:
     path: str | None = None  # written by its worker (``snapshots.py``): ``blob`` is read from there
 
 
+@wire
 @dataclass(slots=True)
 class Batch:
     """Tuples one producer sends one target task in one wave, as columns.
@@ -102,6 +115,7 @@ class Batch:
         return zip(self.streams, self.values, strict=True)
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class RunSettings:
     """What every task of a run needs to know beyond its topology."""
@@ -115,6 +129,7 @@ class RunSettings:
     snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class Hello:
     worker: int
@@ -125,6 +140,7 @@ class Hello:
     address: tuple[str, int] | None = None  # where it listens for its peers' links
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class Assign:
     """Host ``tasks``, starting after wave ``base_wave`` from ``snapshots``; drop anything of older generations."""
@@ -143,6 +159,7 @@ class Assign:
     applied: int = 0  # the last wave whose acks were applied: the waves up to it run again with their acks dropped
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class WaveInput:
     """Wave ``wave`` begins: the driver's tuples for this worker's tasks, and the wave's simulated time."""
@@ -157,8 +174,10 @@ class WaveInput:
     active: bool = True  # False: the spouts are deactivated
     snapshot: bool = False  # every bolt task writes its state at the end of this wave (``snapshots.py``)
     replay: bool = False  # a wave run again after a worker loss: the spouts' logged tuples, acks dropped
+    commit: Commit | None = None  # the driver's latest Commit not sent yet, applied before the spout calls
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Driver -> every worker: wave ``wave`` completed; the acks its tasks sent the ackers may be applied.
@@ -169,6 +188,7 @@ class Commit:
     snapshot: int = 0
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class Release:
     """Driver -> every worker: the checkpoint holding stateful tasks' state as of wave ``wave`` is complete; the
@@ -178,6 +198,7 @@ class Release:
     wave: int
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class AckerInput:
     """Bolt task -> an acker task's worker: the task's acks of one wave for the acker tasks there (possibly none:
@@ -199,6 +220,7 @@ class AckerInput:
 ACK, FAIL, RESET = 0, 1, 2
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class AckBatch:
     """One row per root."""
@@ -265,6 +287,7 @@ class AckBatch:
         ]
 
 
+@wire
 @dataclass(slots=True)
 class TaskStatus:
     """What a task counted in one wave."""
@@ -281,6 +304,7 @@ class TaskStatus:
     unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class TaskReport:
     generation: int
@@ -294,6 +318,7 @@ class TaskReport:
     written: Snapshot | None = None  # the snapshot it wrote at the end of a snapshot wave (its path)
 
 
+@wire
 @dataclass(slots=True)
 class SpoutStatus:
     """What one spout task did since its last report."""
@@ -310,6 +335,7 @@ class SpoutStatus:
 FINAL_REPORT = 0  # the wave of the report a worker's spouts make as the run stops
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class SpoutReport:
     """Worker -> driver: the spout tasks here made their calls of wave ``wave``."""
@@ -323,6 +349,7 @@ class SpoutReport:
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
     """Worker -> driver: every report its tasks (and spout tasks) made for one wave, in one message."""
@@ -330,6 +357,7 @@ class WorkerReport:
     reports: list[TaskReport | SpoutReport]
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class WorkerFailed:
     """A worker task that cannot go on (its component does not unpickle, ``prepare()`` raised)."""
@@ -338,6 +366,7 @@ class WorkerFailed:
     message: str
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class Stop:
     fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
@@ -404,6 +433,7 @@ class WorkerChannel:
 
 
 # -- transactional batches: what their emit and bolt jobs return -------------------------
+@wire
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """Tuples for one task of ``bolt`` (``batch.target``), emitted in a batch's emit or bolt job."""
@@ -412,23 +442,27 @@ class Delivery:
     batch: Batch
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class EmitterFailed:
     text: str
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class PartitionEmitted:
     partition: Any
     meta: Any
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class EmitterCounts:
     emitted: int
     malformed: int
 
 
+@wire
 @dataclass(frozen=True, slots=True)
 class BatchTaskReport:
     component: str

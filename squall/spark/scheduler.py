@@ -193,6 +193,7 @@ class WaveScheduler:
         self._executors_seen = self._executors()  # when it last chose its worker count
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
+        self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
         self.hub = Hub(hub_host(sc)) if workers else None
         if workers:
@@ -304,6 +305,9 @@ class WaveScheduler:
                 batch.generation = self.generation
             per_worker[self.placement[task]].extend(batches)
         messages = []
+        commit, self._commit_due = self._commit_due, None
+        if commit is not None and commit.generation != self.generation:
+            commit = None  # of the workers before a restart: Assign tells the new ones what was applied
         for worker, batches in per_worker.items():
             messages.append(
                 (
@@ -319,6 +323,7 @@ class WaveScheduler:
                         flight.active,
                         flight.snapshot,
                         flight.replay,
+                        commit,
                     ),
                 )
             )
@@ -562,9 +567,14 @@ class WaveScheduler:
             if first.replay:  # run again to rebuild the tasks' state: applied, counted and acked the first time
                 continue
             done.append(self._complete(first))
-            if self.spouts_on_workers:  # its acks may be applied at the ackers
-                commit = Commit(self.generation, first.wave, self.snapshot_wave)
-                self.hub.send([(c, commit) for c in self._connections.values()])
+            if self.spouts_on_workers:  # its acks may be applied at the ackers, told with the next wave
+                self._commit_due = Commit(self.generation, first.wave, self.snapshot_wave)
+
+    def flush_commit(self) -> None:
+        """Send the latest Commit now, when no wave is about to carry it (the run pauses, or stops)."""
+        commit, self._commit_due = self._commit_due, None
+        if commit is not None and commit.generation == self.generation and self.ready:
+            self.hub.send([(c, commit) for c in self._connections.values()])
 
     def release(self, wave: int) -> None:
         """A checkpoint holding the stateful tasks' state as of ``wave`` is complete: the acks they sent up to it
@@ -689,6 +699,7 @@ class WaveScheduler:
         self.checkpointer.close()
         if self.hub is None:
             return
+        self.flush_commit()
         self._closing = True
         self.hub.send([(connection, Stop(fail_pending, active)) for connection in self._connections.values()])
         if self._job is not None:
@@ -698,5 +709,12 @@ class WaveScheduler:
                 self._job.join(timeout)
         self.final_spouts = self._final_spout_reports()
         self.hub.close()
+        log.info(
+            "topology %s: the hub carried %d bytes from the workers and %d to them in %d waves",
+            self.name,
+            self.hub.bytes_in,
+            self.hub.bytes_out,
+            self.next_wave - 1,
+        )
         if self.store is not None:  # the run is over: its snapshots and spout logs are of no further use
             self.store.remove()

@@ -192,6 +192,8 @@ class Worker:
         return generation == self.generation
 
     def _wave(self, message: WaveInput) -> None:
+        if message.commit is not None and self.spouts is not None:  # the acks of waves before it may apply now
+            self.spouts.commit(message.commit.wave, message.commit.snapshot)
         self.times[message.wave] = message.simulated_now
         if message.checkpoint is not None:
             self.checkpoints[message.wave] = message.checkpoint
