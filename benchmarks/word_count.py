@@ -269,12 +269,24 @@ def pyspark_carrying(sc, sentences: list[str]) -> float:
     return seconds
 
 
+def vocabulary(count: int, words: int) -> None:
+    """State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one."""
+    small = make_sentences(count, vocabulary=VOCABULARY[:1000])
+    large = make_sentences(count, vocabulary=[f"v{i:07d}" for i in range(1_000_000)])
+    small_secs = min(squall_throughput(small, {})[0] for _ in range(2))
+    large_secs = min(squall_throughput(large, {})[0] for _ in range(2))
+    print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
+    print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
+    print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
+    parser.add_argument("--only", choices=["vocabulary"], help="run only this part (to profile it)")
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
     sentences = make_sentences(args.words)
@@ -283,6 +295,10 @@ def main() -> None:
     print(f"sentences={len(sentences)}")
     pyspark_combining(sc, sentences[:1000])  # warm up the Python workers
     squall_throughput(sentences, {})  # and squall's code in them, and the JVM: a whole run, not counted
+    if args.only == "vocabulary":
+        vocabulary(args.words, words)
+        sc.stop()
+        return
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
     carrying = min(pyspark_carrying(sc, sentences) for _ in range(2))
     print(f"pyspark_combining_words_per_second={words / combining:.0f}")
@@ -322,14 +338,7 @@ def main() -> None:
     print(f"workers_cpu_us_per_word={workers_us:.2f}")
     print(f"driver_bound_worker_cores={workers_us / driver_us:.1f}")
 
-    # State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one.
-    small = make_sentences(args.words, vocabulary=VOCABULARY[:1000])
-    large = make_sentences(args.words, vocabulary=[f"v{i:07d}" for i in range(1_000_000)])
-    small_secs = min(squall_throughput(small, {})[0] for _ in range(2))
-    large_secs = min(squall_throughput(large, {})[0] for _ in range(2))
-    print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
-    print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
-    print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+    vocabulary(args.words, words)
 
     rate = len(sentences) / default_secs / 2
     paced = sentences[: max(1, int(rate * args.latency_secs))]
