@@ -269,15 +269,19 @@ def pyspark_carrying(sc, sentences: list[str]) -> float:
     return seconds
 
 
-def vocabulary(count: int, words: int) -> None:
-    """State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one."""
-    small = make_sentences(count, vocabulary=VOCABULARY[:1000])
+def vocabulary(sc, count: int, words: int) -> None:
+    """State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one; and, for
+    scale, what the same two vocabularies do to plain PySpark carrying every word into a dict per partition."""
+    small = make_sentences(count, vocabulary=[f"v{i:07d}" for i in range(1_000)])  # words as long as the large ones
     large = make_sentences(count, vocabulary=[f"v{i:07d}" for i in range(1_000_000)])
     small_secs = min(squall_throughput(small, {})[0] for _ in range(2))
     large_secs = min(squall_throughput(large, {})[0] for _ in range(2))
     print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
     print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
     print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+    small_secs = min(pyspark_carrying(sc, small) for _ in range(2))
+    large_secs = min(pyspark_carrying(sc, large) for _ in range(2))
+    print(f"pyspark_carrying_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
 
 
 def main() -> None:
@@ -296,7 +300,7 @@ def main() -> None:
     pyspark_combining(sc, sentences[:1000])  # warm up the Python workers
     squall_throughput(sentences, {})  # and squall's code in them, and the JVM: a whole run, not counted
     if args.only == "vocabulary":
-        vocabulary(args.words, words)
+        vocabulary(sc, args.words, words)
         sc.stop()
         return
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
@@ -338,7 +342,7 @@ def main() -> None:
     print(f"workers_cpu_us_per_word={workers_us:.2f}")
     print(f"driver_bound_worker_cores={workers_us / driver_us:.1f}")
 
-    vocabulary(args.words, words)
+    vocabulary(sc, args.words, words)
 
     rate = len(sentences) / default_secs / 2
     paced = sentences[: max(1, int(rate * args.latency_secs))]
