@@ -1,0 +1,81 @@
+"""Flow control: a slow bolt slows its spout, and what waits between them stays bounded.
+
+squall's flow control is the wave window, Storm 2's backpressure by construction: at most
+``squall.wave.max.inflight`` waves run at once, each with at most ``squall.wave.spout.batch`` ``next_tuple`` calls
+a spout task, and the next wave goes out only once the oldest one has completed everywhere. A slow task delays its
+wave, so the spout is not called: no buffer between them, on a link or in a worker's inbox, holds more than the
+window. ``topology.max.spout.pending`` is left unset here, so the window alone does it.
+
+The spout and the bolt each append one byte a tuple to a file of their own (they run on the workers); the test
+reads the files' sizes while the topology runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder
+
+SPOUT_BATCH = 50
+MAX_INFLIGHT = 2
+WINDOW = SPOUT_BATCH * MAX_INFLIGHT
+
+
+class Endless(Spout):
+    """Emits numbers for as long as it is asked, recording each emit."""
+
+    outputs = ("n",)
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+        self.file = open(self.record, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+
+    def next_tuple(self):
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n)
+        self.file.write(b".")
+
+    def close(self):
+        self.file.close()
+
+
+class Slow(BasicBolt):
+    """Takes 2 ms a tuple, recording each one done."""
+
+    outputs = ()
+
+    def __init__(self, record: str) -> None:
+        self.record = record
+
+    def prepare(self, conf, context):
+        self.file = open(self.record, "ab", buffering=0)  # noqa: SIM115 - lives as long as the task
+
+    def execute(self, tup, collector):
+        time.sleep(0.002)
+        self.file.write(b".")
+
+
+def test_a_slow_bolt_holds_its_spout_to_the_wave_window(tmp_path):
+    emitted, executed = tmp_path / "emitted", tmp_path / "executed"
+    emitted.touch()
+    executed.touch()
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", Endless(str(emitted)))
+    builder.set_bolt("slow", Slow(str(executed)), 2).shuffle_grouping("numbers")  # one task on each worker
+    conf = {"squall.wave.spout.batch": SPOUT_BATCH, "squall.wave.max.inflight": MAX_INFLIGHT}
+    waiting = []
+    with LocalCluster({"squall.spark.master": "local[2]"}) as cluster:
+        cluster.submit_topology("flow", conf, builder.build())
+        while os.path.getsize(executed) < 1000:
+            spout_side = os.path.getsize(emitted)  # the spout's count first: the bolt's may only have grown since
+            waiting.append(spout_side - os.path.getsize(executed))
+            assert not cluster.failures, cluster.failures
+            time.sleep(0.02)
+        cluster.kill_topology("flow")
+
+    assert max(waiting) <= WINDOW, f"up to {max(waiting)} tuples emitted and not executed; the window is {WINDOW}"
+    assert max(waiting) > 0  # the spout did run ahead of the bolt, as far as the window lets it
