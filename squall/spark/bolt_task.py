@@ -30,7 +30,7 @@ from typing import Any
 from pyspark import cloudpickle
 
 from squall.model.components import BasicBolt, StatefulBolt
-from squall.model.state import KeyValueState, dump_delta
+from squall.model.state import KeyValueState, StateDelta, dump_delta
 from squall.model.topology import TopologyContext
 from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
@@ -104,6 +104,8 @@ class BoltTask:
         self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
         # A stateful bolt's state is its KeyValueState, handed over by init_state() once restored.
         self.state = KeyValueState(component) if isinstance(self.bolt, StatefulBolt) else None
+        self.unsaved = StateDelta()  # changes taken from the state and not yet in a written checkpoint part
+        self.whole_part_due = True  # its next checkpoint part holds all of its state
         task_conf = {**shipped.conf, **spec.conf}
         try:
             if self.basic:

@@ -122,8 +122,19 @@ class TopologyRun:
         self._broadcast = ship_topology(sc, topology, self.conf, shipped)
         where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
         snapshot_root = os.fspath(where) if self.spouts_on_workers and where is not None else None
+        # With the spouts on the workers, stateful tasks write their own checkpoint parts; the driver commits them.
+        workers_write = self.spouts_on_workers and self.state_checkpoints is not None
+        if workers_write:
+            self.state_checkpoints.parts_from_workers()
         settings = RunSettings(
-            self.run_id, self._seed, self.acking, capture, self.num_ackers, self.spouts_on_workers, snapshot_root
+            self.run_id,
+            self._seed,
+            self.acking,
+            capture,
+            self.num_ackers,
+            self.spouts_on_workers,
+            snapshot_root,
+            self.state_checkpoints.provider.spec() if workers_write else None,
         )
         self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
         self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave
@@ -274,6 +285,7 @@ class TopologyRun:
         self._fire_timers(now)
         before, settled_before = self.stats.spout_emits_seen, self._settled_seen
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
+        self._abandon_dropped_checkpoints()
         inputs = self.outbox.take()
         ticks = sum(len(b.values) for batches in inputs.values() for b in batches)
         checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
@@ -301,6 +313,13 @@ class TopologyRun:
         if not moved:  # the caller may pause: the acks of the waves just completed are applied meanwhile
             self.scheduler.flush_commit()
         return WaveInfo(emits, emits + ticks, completed if moved else 0)
+
+    def _abandon_dropped_checkpoints(self) -> None:
+        """A checkpoint whose wave a worker loss dropped will not complete: the next one is due at once."""
+        dropped, self.scheduler.dropped_checkpoints = self.scheduler.dropped_checkpoints, []
+        if self.state_checkpoints is not None:
+            for checkpoint in dropped:
+                self.state_checkpoints.abandon(checkpoint)
 
     @property
     def state_waiting(self) -> bool:
@@ -346,7 +365,13 @@ class TopologyRun:
             if self.state_checkpoints is not None:
                 started = time.perf_counter()
                 released = self.state_checkpoints.completed(
-                    wave.checkpoint, wave.state_deltas, wave.held_acks, self.scheduler.states, wave.holds_acks
+                    wave.checkpoint,
+                    wave.state_deltas,
+                    wave.held_acks,
+                    self.scheduler.states,
+                    wave.holds_acks,
+                    wave.state_parts,
+                    any(wave.status[(c, t)].executed for c, t in wave.status if t in self.state_checkpoints.tasks),
                 )
                 self.stats.state_seconds += time.perf_counter() - started + wave.state_apply_seconds
                 if released is not None and self.spouts_on_workers:

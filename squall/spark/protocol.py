@@ -127,6 +127,7 @@ class RunSettings:
     num_ackers: int = 0  # topology.acker.executors
     spouts_on_workers: bool = False  # else the driver's process runs the spouts (TestCluster)
     snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
+    state_store: Any = None  # squall.state.providers.StateStoreSpec: stateful tasks write their checkpoint parts
 
 
 @wire
@@ -316,6 +317,7 @@ class TaskReport:
     snapshot: Snapshot | None  # None when the task executed nothing: its state is unchanged
     captured: list[tuple]  # default-stream emits, when testing asks for them
     written: Snapshot | None = None  # the snapshot it wrote at the end of a snapshot wave (its path)
+    part: tuple[int, bool] | None = None  # (checkpoint, whole): the checkpoint part a stateful task wrote
 
 
 @wire

@@ -107,6 +107,7 @@ class CompletedWave:
     pending: int = 0  # trees pending at the spout tasks, as of this wave
     holds_acks: bool = False  # stateful tasks sent acks that wait for a checkpoint at their ackers
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
+    state_parts: dict[int, tuple[int, bool]] = field(default_factory=dict)  # stateful task -> part it wrote
 
 
 def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, spouts_on_workers: bool = False) -> int:
@@ -194,6 +195,7 @@ class WaveScheduler:
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
+        self.dropped_checkpoints: list[int] = []  # checkpoint waves dropped by a restart: they will not complete
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
         self.hub = Hub(hub_host(sc)) if workers else None
         if workers:
@@ -518,6 +520,7 @@ class WaveScheduler:
         if self.spouts_on_workers:
             # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
             # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
+            self.dropped_checkpoints.extend(f.checkpoint for f in self.inflight.values() if f.checkpoint is not None)
             self.inflight.clear()
             self.snapshot_in_flight = None
             for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
@@ -585,7 +588,7 @@ class WaveScheduler:
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
-        status, captured, acks, held, deltas, applying = {}, {}, [], [], {}, 0.0
+        status, captured, acks, held, deltas, applying, parts = {}, {}, [], [], {}, 0.0, {}
         holds_acks = False
         for task, report in flight.reports.items():
             if report.snapshot is not None and report.snapshot.delta:
@@ -599,6 +602,8 @@ class WaveScheduler:
                 self.snapshots[task] = report.snapshot
             if report.written is not None:
                 self.snapshot_refs[task] = report.written
+            if report.part is not None:
+                parts[task] = report.part
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
@@ -638,6 +643,7 @@ class WaveScheduler:
             sum(r.pending for r in flight.spout_reports.values()),
             holds_acks,
             ackers,
+            parts,
         )
 
     def snapshot_due(self) -> bool:

@@ -1,11 +1,19 @@
-"""Stateful bolts' checkpoints, on the driver: when one is due, writing it, and the acks it holds back.
+"""Stateful bolts' checkpoints: when one is due, when it is complete, and the acks it holds back.
 
 Every ``topology.state.checkpoint.interval.ms`` (on the run's clock) the next
 wave carries a checkpoint id; a wave is sent for it even with no tuples. Each
-stateful task calls its bolt's ``pre_commit(id)`` at the end of that wave and
-reports what its state changed, as after every wave. When the wave completes,
-the driver writes what every stateful task's state changed since the last
-checkpoint through the state provider, and the checkpoint is complete.
+stateful task calls its bolt's ``pre_commit(id)`` at the end of that wave.
+
+* Under ``LocalCluster`` and ``squall run`` (spouts on the workers) each task
+  then writes its own part of the checkpoint through the state provider, where
+  it runs: what its state changed since its last part, or all of it after a
+  restart and every ``COMPACT_EVERY`` checkpoints. It reports only that it
+  did. When the wave completes with every task's part written, the driver
+  commits the checkpoint: a marker naming the parts (a file), or one script
+  that the server runs (Redis). The state itself never reaches the driver.
+* Under ``TestCluster`` each task reports what its state changed after every
+  wave, and the driver writes the checkpoint (it holds every task's state, to
+  restart a task from the last completed wave).
 
 The acks of stateful tasks are held until the checkpoint that holds their
 state changes is complete, as Storm's stateful bolts hold theirs until the
@@ -52,15 +60,24 @@ class StateCheckpoints:
         self.next_due = now + interval
         self.checkpoint = 0  # the last one complete
         self.in_flight: int | None = None  # a checkpoint whose wave is running
+        self._issued = 0  # the last checkpoint id a wave carried
         self._changes: dict[int, StateDelta] = defaultdict(StateDelta)  # task -> its changes since the last one
         self._held: list[AckBatch] = []  # stateful tasks' acks since the last checkpoint
         self._held_elsewhere = False  # stateful tasks sent acks that their ackers on the workers hold
+        self.workers_write = False  # the tasks write their parts of each checkpoint; the driver commits them
+        self._parts: list[tuple[int, int, bool]] = []  # (checkpoint, task, whole) written since the last commit
+        self._executed = False  # stateful tasks executed anything since the last checkpoint (when workers write)
+
+    def parts_from_workers(self) -> None:
+        """The tasks write their own parts of each checkpoint, where they run (spouts on the workers)."""
+        self.workers_write = True
 
     # -- start ------------------------------------------------------------------------
     def restore(self) -> dict[int, dict[Any, Any]]:
         """Each stateful task's state as of the last complete checkpoint."""
         restored = self.provider.load()
         self.checkpoint = restored.checkpoint
+        self.provider.discard_uncommitted(restored.checkpoint)
         if not restored.checkpoint:
             return {}
         log.info("restoring stateful bolts from checkpoint %d in %s", restored.checkpoint, self.provider.directory)
@@ -114,7 +131,7 @@ class StateCheckpoints:
     @property
     def waiting(self) -> bool:
         """State changes or acks wait for the next checkpoint."""
-        return bool(self._changes) or self._held_elsewhere or any(len(acks) for acks in self._held)
+        return bool(self._changes) or self._executed or self._held_elsewhere or any(len(acks) for acks in self._held)
 
     def due(self, now: float) -> int | None:
         """The id of a checkpoint the next wave should carry, if one is due."""
@@ -123,8 +140,15 @@ class StateCheckpoints:
         self.next_due = now + self.interval
         if not self.waiting:
             return None  # nothing changed and nothing waits: no checkpoint needed
-        self.in_flight = self.checkpoint + 1
+        # A new id even after a checkpoint that did not complete: its parts, written already, are kept.
+        self.in_flight = self._issued = max(self.checkpoint, self._issued) + 1
         return self.in_flight
+
+    def abandon(self, checkpoint: int) -> None:
+        """``checkpoint``'s wave will not complete (a worker loss dropped it); the next is due at once."""
+        if self.in_flight == checkpoint:
+            self.in_flight = None
+            self.next_due = min(self.next_due, 0.0)
 
     def completed(
         self,
@@ -133,10 +157,15 @@ class StateCheckpoints:
         held: AckBatch,
         states: dict[int, tuple[int, dict]],
         held_elsewhere: bool = False,
+        parts: dict[int, tuple[int, bool]] | None = None,
+        executed: bool = False,
     ) -> AckBatch | None:
-        """A wave completed; when it carried a checkpoint, write it and return the acks it released (when the
-        ackers are on the workers, ``held_elsewhere`` says they hold some, and the caller releases them there)."""
+        """A wave completed; when it carried a checkpoint, write it (or, when the workers write, commit their
+        ``parts``) and return the acks it released (when the ackers are on the workers, ``held_elsewhere`` says
+        they hold some, and the caller releases them there)."""
         self._held_elsewhere = self._held_elsewhere or held_elsewhere
+        if self.workers_write:
+            return self._commit_parts(checkpoint, parts or {}, executed)
         for task, delta in deltas.items():
             self._changes[task].absorb(delta)
         if len(held):
@@ -154,5 +183,29 @@ class StateCheckpoints:
         self.checkpoint = checkpoint
         self._changes.clear()
         self._held_elsewhere = False
+        released, self._held = AckBatch.combine(self._held), []
+        return released
+
+    def _commit_parts(
+        self, checkpoint: int | None, parts: dict[int, tuple[int, bool]], executed: bool
+    ) -> AckBatch | None:
+        self._executed = self._executed or executed
+        self._parts.extend((number, task, whole) for task, (number, whole) in sorted(parts.items()))
+        if checkpoint is None:
+            return None
+        self.in_flight = None
+        missing = sorted(self.tasks - {task for number, task, _ in self._parts if number == checkpoint})
+        if missing:  # a task could not write: its changes, and every task's acks, wait for the next checkpoint
+            log.warning("checkpoint %d: tasks %s wrote no part of it; trying again at the next", checkpoint, missing)
+            return None
+        try:
+            self.provider.commit(checkpoint, self.layout, sorted(self._parts))
+        except Exception:
+            log.exception(
+                "checkpoint %d could not be committed in %s; trying again", checkpoint, self.provider.directory
+            )
+            return None
+        self.checkpoint = checkpoint
+        self._parts, self._executed, self._held_elsewhere = [], False, False
         released, self._held = AckBatch.combine(self._held), []
         return released

@@ -29,9 +29,10 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
-from pyspark import TaskContext
+from pyspark import TaskContext, cloudpickle
 
 from squall.model.errors import FailedException
+from squall.model.state import StateDelta, dump_delta
 from squall.model.tuple import Tuple
 from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.failures import TaskSetupError
@@ -58,6 +59,7 @@ from squall.spark.protocol import (
 from squall.spark.shipping import ShippedTopology, load_shipped
 from squall.spark.snapshots import SnapshotStore
 from squall.spark.worker_spouts import WorkerSpouts
+from squall.state.providers import COMPACT_EVERY, StatePart
 from squall.time import use_simulated_time
 
 log = logging.getLogger("squall.worker")
@@ -144,6 +146,8 @@ class Worker:
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
         self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
         self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
+        self.state_provider: Any = None  # where stateful tasks write their checkpoint parts, when spouts run here
+        self._state_spec: Any = None
         self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
 
     # -- messages ----------------------------------------------------------------
@@ -223,6 +227,9 @@ class Worker:
         if settings.snapshot_root is not None and (self.store is None or run_of(self.store) != settings.run_id):
             self.store = SnapshotStore(settings.snapshot_root, settings.run_id)
         forget_other_runs(settings.run_id)
+        if settings.state_store != self._state_spec:
+            self._state_spec = settings.state_store
+            self.state_provider = settings.state_store.open() if settings.state_store is not None else None
         mine = frozenset(message.tasks)
         if settings.spouts_on_workers:
             self._assign_spouts(message)
@@ -231,6 +238,7 @@ class Worker:
             if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
                 snapshot = Snapshot(snapshot.version, self._read_snapshot(task_id, snapshot.path))
             task = start_task(self.shipped, task_id, settings, snapshot, mine)
+            task.whole_part_due = True  # its first checkpoint part since a (re)start holds all of its state
             component = self.topology.component_of(task_id)
             upstream = [
                 source
@@ -366,13 +374,18 @@ class Worker:
         elif status.executed or (task.state is not None and task.state.changed):
             snapshot = task.snapshot(wave)
             status.unpicklable = sorted(task.unpicklable)
+        part = None
+        if checkpoint is not None and task.state is not None and self.state_provider is not None:
+            part = self._write_part(task, checkpoint)
         acks = collector.take_acks()
         if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
             if wave not in self.replay_waves:  # a replayed wave's acks were applied the first time
                 self._send_acks(wave, task, acks)
             acks = None
         captured = collector.captured
-        report = TaskReport(self.generation, wave, task.component, task.task, status, acks, snapshot, captured, written)
+        report = TaskReport(
+            self.generation, wave, task.component, task.task, status, acks, snapshot, captured, written, part
+        )
         self._report(wave, report)
         oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
         for done in [w for w in self.times if w < min(oldest, wave + 1)]:
@@ -391,7 +404,7 @@ class Worker:
         of a snapshot wave a task that executed anything since its last snapshot writes its state to the store.
         A task that executed anything since is no longer its last snapshot's live instance."""
         delta = None
-        if task.state is not None and task.state.changed:
+        if task.state is not None and task.state.changed and self.state_provider is None:
             delta = task.snapshot(wave)
         if executed:
             task.dirty, task.version = True, None
@@ -401,6 +414,33 @@ class Worker:
         task.collector.status.unpicklable = sorted(task.unpicklable)
         task.dirty = False
         return delta, Snapshot(wave, b"", path=path)
+
+    def _write_part(self, task: BoltTask, checkpoint: int) -> tuple[int, bool] | None:
+        """The task's part of ``checkpoint``, written through the state provider: what its state changed since
+        its last part, or all of it. A store that is away leaves the changes for the next checkpoint; a value that
+        cannot be pickled stops the topology, naming the component and the key."""
+        started = time.perf_counter()
+        task.unsaved.absorb(task.state.take_changes())
+        whole = task.whole_part_due or checkpoint % COMPACT_EVERY == 0
+        part = (
+            StatePart(dict(task.state.items()), [], True)
+            if whole
+            else StatePart(task.unsaved.puts, task.unsaved.deletes)
+        )
+        try:
+            self.state_provider.prepare(checkpoint, task.task, part)
+        except Exception as exc:
+            try:
+                dump_delta(task.component, StateDelta(part.puts, part.deletes), cloudpickle.dumps)
+            except Exception as unpicklable:
+                raise TaskSetupError(task.component, task.task, "its state cannot be saved", unpicklable) from exc
+            log.error("%s task %d: its part of checkpoint %d was not written", task.component, task.task, checkpoint)
+            task.collector.report_error(exc)
+            return None
+        task.unsaved, task.whole_part_due = StateDelta(), False
+        task.collector.status.state_changes = len(part)
+        task.collector.status.state_seconds = time.perf_counter() - started
+        return checkpoint, whole
 
     def close(self) -> None:
         """Keep the tasks that stand between waves for a later start in this process; a task cut off

@@ -8,11 +8,22 @@ under ``<squall.checkpoint.dir>/<topology name>/state/``:
 * ``base-<id>.pickle``: every task's whole state as of checkpoint ``id``,
   written every ``COMPACT_EVERY`` checkpoints, after which older files go.
 
+Those two are written by the driver, which under ``TestCluster`` holds every
+task's state. Under ``LocalCluster`` and ``squall run`` each task writes its own
+part where it runs, and the driver only says which checkpoint is complete:
+
+* ``part-<id>-<task>.pickle``: what one task's state changed since its last
+  part, or its whole state (after a restart, and every ``COMPACT_EVERY``
+  checkpoints); part of no checkpoint until a commit names it;
+* ``commit-<id>.pickle``: checkpoint ``id`` is complete, and which parts it
+  takes in, with the tasks each stateful component had.
+
 A file is written under a temporary name, flushed to disk and renamed, so a
 checkpoint is there whole or not at all: one cut off midway (the driver killed
-during the write) is ignored on restart, never half-applied. Restoring reads
-the newest base and applies the deltas after it in order. The files are
-written and read by the driver only, so they may live on its local disk.
+during the write) is ignored on restart, never half-applied. Restoring applies
+the files in checkpoint order from the newest whole one. Parts are written by
+the workers, so the directory must be one every worker reaches (a shared
+mount on a cluster).
 """
 
 from __future__ import annotations
@@ -33,7 +44,41 @@ from squall.model.state import StateDelta
 from squall.model.urls import redact
 
 COMPACT_EVERY = 20
-_FILE = re.compile(r"^(base|delta)-(\d{12})\.pickle$")
+_FILE = re.compile(r"^(base|delta|commit)-(\d{12})\.pickle$")
+_PART = re.compile(r"^part-(\d{12})-(\d+)\.pickle$")
+
+
+@dataclass
+class StatePart:
+    """One task's part of a checkpoint: what its state changed since its last part, or (``whole``) all of it."""
+
+    puts: dict[Any, Any] = field(default_factory=dict)
+    deletes: list[Any] = field(default_factory=list)
+    whole: bool = False
+
+    def __len__(self) -> int:
+        return len(self.puts) + len(self.deletes)
+
+    def apply(self, states: dict[int, dict[Any, Any]], task: int) -> None:
+        if self.whole:
+            states[task] = dict(self.puts)
+        else:
+            StateDelta(self.puts, self.deletes).apply(states.setdefault(task, {}))
+
+
+@dataclass(frozen=True)
+class StateStoreSpec:
+    """Where a topology's stateful bolts' checkpoints go, as the workers open it."""
+
+    kind: str  # file | redis
+    location: str  # the directory, or the Redis URL
+    topology: str = ""
+    key: bytes = b""  # redis: the key entries are signed with
+
+    def open(self) -> FileStateProvider | RedisStateProvider:
+        if self.kind == "file":
+            return FileStateProvider(self.location)
+        return RedisStateProvider(self.location, self.topology, key=self.key)
 
 
 @dataclass
@@ -49,6 +94,9 @@ class FileStateProvider:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
+
+    def spec(self) -> StateStoreSpec:
+        return StateStoreSpec("file", self.directory)
 
     def _path(self, kind: str, checkpoint: int) -> str:
         return os.path.join(self.directory, f"{kind}-{checkpoint:012d}.pickle")
@@ -79,12 +127,49 @@ class FileStateProvider:
         """Checkpoint ``checkpoint``: what each task's state changed since the one before."""
         self._write(self._path("delta", checkpoint), {"layout": layout, "deltas": deltas})
 
+    # -- checkpoints whose parts the tasks write --------------------------------------------
+    def _part_path(self, checkpoint: int, task: int) -> str:
+        return os.path.join(self.directory, f"part-{checkpoint:012d}-{task}.pickle")
+
+    def prepare(self, checkpoint: int, task: int, part: StatePart) -> None:
+        """Task ``task``'s part of checkpoint ``checkpoint``, written where the task runs."""
+        self._write(self._part_path(checkpoint, task), {"part": part})
+
+    def commit(self, checkpoint: int, layout: dict[str, list[int]], parts: list[tuple[int, int, bool]]) -> None:
+        """Checkpoint ``checkpoint`` is complete: it takes in the ``(checkpoint, task, whole)`` parts the tasks
+        prepared since the last one, in order. Once every task's part of it is whole, older files go."""
+        self._write(self._path("commit", checkpoint), {"layout": layout, "parts": parts})
+        tasks = {t for ts in layout.values() for t in ts}
+        if tasks <= {task for number, task, whole in parts if number == checkpoint and whole}:
+            self._remove_before(checkpoint)
+
+    def discard_uncommitted(self, last: int) -> None:
+        """Remove the parts of checkpoints after ``last``, which no commit names: a run cut off before them."""
+        for name in os.listdir(self.directory):
+            match = _PART.match(name)
+            if match and int(match.group(1)) > last:
+                os.remove(os.path.join(self.directory, name))
+
+    def _remove_before(self, checkpoint: int) -> None:
+        for name in os.listdir(self.directory):
+            match = _FILE.match(name) or _PART.match(name)
+            if match is None:
+                continue
+            number = int(match.group(2) if match.re is _FILE else match.group(1))
+            if number < checkpoint:
+                os.remove(os.path.join(self.directory, name))
+
     def compact(self, checkpoint: int, layout: dict[str, list[int]], states: dict[int, dict[Any, Any]]) -> None:
         """Every task's whole state as of ``checkpoint`` (already saved); the files it makes redundant go."""
         self._write(self._path("base", checkpoint), {"layout": layout, "states": states})
+        self._remove_before(checkpoint)
         for number, kind, path in self._files():
-            if number < checkpoint or (number == checkpoint and kind == "delta"):
+            if number == checkpoint and kind != "base":
                 os.remove(path)
+        for name in os.listdir(self.directory):
+            match = _PART.match(name)
+            if match and int(match.group(1)) == checkpoint:
+                os.remove(os.path.join(self.directory, name))
 
     def load(self) -> Restored:
         """The state as of the newest complete checkpoint (nothing at all before the first)."""
@@ -99,12 +184,17 @@ class FileStateProvider:
             restored = Restored(number, record["layout"], record["states"])
             start = number
         for number, kind, path in files:
-            if kind != "delta" or number <= start:
+            if kind == "base" or number <= start:
                 continue
             with open(path, "rb") as source:
                 record = pickle.load(source)
-            for task, delta in record["deltas"].items():
-                delta.apply(restored.states.setdefault(task, {}))
+            if kind == "delta":
+                for task, delta in record["deltas"].items():
+                    delta.apply(restored.states.setdefault(task, {}))
+            else:  # a commit: the parts it takes in, in order
+                for part_number, task, _ in record["parts"]:
+                    with open(self._part_path(part_number, task), "rb") as source:
+                        pickle.load(source)["part"].apply(restored.states, task)
             restored.checkpoint, restored.layout = number, record["layout"]
         return restored
 
@@ -120,13 +210,17 @@ class RedisStateProvider:
     the server is unpickled only when its signature holds.
     """
 
-    def __init__(self, url: str, topology: str, key_file: str) -> None:
+    def __init__(self, url: str, topology: str, key_file: str | None = None, key: bytes | None = None) -> None:
         import redis
 
-        self.url, self.prefix = url, f"squall:state:{topology}"
+        self.url, self.topology, self.prefix = url, topology, f"squall:state:{topology}"
         self.directory = f"{redact(url)} ({self.prefix})"
         self._redis = redis.Redis.from_url(url)
-        self._secret = _secret(key_file)
+        self.key = key if key is not None else _secret(key_file)
+        self._secret = self.key
+
+    def spec(self) -> StateStoreSpec:
+        return StateStoreSpec("redis", self.url, self.topology, self.key)
 
     def _sign(self, value: Any) -> bytes:
         blob = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -164,6 +258,30 @@ class RedisStateProvider:
         pipe.set(f"{self.prefix}:checkpoint", checkpoint)
         pipe.execute()
 
+    def prepare(self, checkpoint: int, task: int, part: StatePart) -> None:
+        """Task ``task``'s part of checkpoint ``checkpoint``, written where the task runs, beside its state."""
+        name = f"{self.prefix}:part:{checkpoint}:{task}"
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(f"{name}:puts", f"{name}:deletes", f"{name}:whole")
+        if part.whole:
+            pipe.set(f"{name}:whole", 1)
+        if part.deletes:
+            pipe.sadd(f"{name}:deletes", *(self._sign(k) for k in part.deletes))
+        if part.puts:
+            pipe.hset(f"{name}:puts", mapping={self._sign(k): self._sign(v) for k, v in part.puts.items()})
+        pipe.execute()
+
+    def commit(self, checkpoint: int, layout: dict[str, list[int]], parts: list[tuple[int, int, bool]]) -> None:
+        """Checkpoint ``checkpoint`` is complete: the server applies the parts it takes in to the tasks' hashes,
+        in order, in one script, so their data never passes through the driver."""
+        names = [str(value) for number, task, _ in parts for value in (number, task)]
+        self._redis.eval(_COMMIT_PARTS, 0, self.prefix, checkpoint, json.dumps(layout), *names)
+
+    def discard_uncommitted(self, last: int) -> None:
+        for name in self._redis.scan_iter(f"{self.prefix}:part:*"):
+            if int(name.decode().split(":part:", 1)[1].split(":", 1)[0]) > last:
+                self._redis.delete(name)
+
     def load(self) -> Restored:
         checkpoint = self._redis.get(f"{self.prefix}:checkpoint")
         if checkpoint is None:
@@ -174,6 +292,29 @@ class RedisStateProvider:
             stored = self._redis.hgetall(f"{self.prefix}:task:{task}")
             states[task] = {self._load(k): self._load(v) for k, v in stored.items()}
         return Restored(int(checkpoint), layout, states)
+
+
+_COMMIT_PARTS = """
+local prefix = ARGV[1]
+for i = 4, #ARGV, 2 do
+  local part = prefix .. ':part:' .. ARGV[i] .. ':' .. ARGV[i + 1]
+  local task = prefix .. ':task:' .. ARGV[i + 1]
+  if redis.call('EXISTS', part .. ':whole') == 1 then
+    redis.call('DEL', task)
+  end
+  local deletes = redis.call('SMEMBERS', part .. ':deletes')
+  for j = 1, #deletes, 1000 do
+    redis.call('HDEL', task, unpack(deletes, j, math.min(j + 999, #deletes)))
+  end
+  local puts = redis.call('HGETALL', part .. ':puts')
+  for j = 1, #puts, 2000 do
+    redis.call('HSET', task, unpack(puts, j, math.min(j + 1999, #puts)))
+  end
+  redis.call('DEL', part .. ':puts', part .. ':deletes', part .. ':whole')
+end
+redis.call('SET', prefix .. ':layout', ARGV[3])
+redis.call('SET', prefix .. ':checkpoint', ARGV[2])
+"""
 
 
 def _secret(path: str) -> bytes:

@@ -1,0 +1,121 @@
+"""Checkpoints whose parts the stateful tasks write where they run, and which the driver only commits.
+
+Under ``LocalCluster`` and ``squall run`` each stateful task writes its part of a checkpoint through the state
+provider (what its state changed since its last part, or all of it), and the driver commits the checkpoint by
+naming the parts: a marker file, or one script the Redis server runs. These tests drive both providers against
+real storage (a directory, a Redis server), then a topology on ``LocalCluster``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+import pytest
+
+from squall import LocalCluster, StatefulBolt, TopologyBuilder
+from squall.connectors import QueueSpout, ReliableQueue
+from squall.state.providers import FileStateProvider, RedisStateProvider, StatePart
+
+LAYOUT = {"count": [1, 2]}
+
+
+@pytest.fixture(params=["file", "redis"])
+def provider(request, tmp_path):
+    if request.param == "file":
+        yield FileStateProvider(str(tmp_path / "state"))
+        return
+    redis_server = request.getfixturevalue("redis_server")
+    yield RedisStateProvider(redis_server.url, "parts", str(tmp_path / "state.key"))
+
+
+def test_committed_parts_make_the_state_and_uncommitted_ones_are_ignored_then_discarded(provider):
+    provider.prepare(1, 1, StatePart({"a": 1, "b": 1}, [], whole=True))
+    provider.prepare(1, 2, StatePart({"c": 1}, [], whole=True))
+    provider.commit(1, LAYOUT, [(1, 1, True), (1, 2, True)])
+    provider.prepare(2, 1, StatePart({"a": 2}, ["b"]))
+    provider.prepare(2, 2, StatePart({"d": 1}, []))
+    provider.commit(2, LAYOUT, [(2, 1, False), (2, 2, False)])
+    provider.prepare(3, 1, StatePart({"a": 99}, []))  # the driver died before committing 3
+
+    restored = provider.load()
+    assert (restored.checkpoint, restored.layout) == (2, LAYOUT)
+    assert restored.states == {1: {"a": 2}, 2: {"c": 1, "d": 1}}
+
+    provider.discard_uncommitted(2)
+    provider.prepare(3, 2, StatePart({"c": 2}, []))
+    provider.commit(3, LAYOUT, [(3, 2, False)])
+    assert provider.load().states == {1: {"a": 2}, 2: {"c": 2, "d": 1}}  # task 1's discarded part is gone
+
+
+def test_a_checkpoint_that_did_not_complete_leaves_its_parts_to_the_next_commit(provider):
+    provider.prepare(1, 1, StatePart({"a": 1}, [], whole=True))
+    provider.prepare(1, 2, StatePart({"b": 1}, [], whole=True))
+    provider.commit(1, LAYOUT, [(1, 1, True), (1, 2, True)])
+    provider.prepare(2, 1, StatePart({"a": 2}, []))  # task 2 could not write its part of checkpoint 2
+    provider.prepare(3, 1, StatePart({"a": 3}, []))
+    provider.prepare(3, 2, StatePart({"b": 3}, []))  # what it changed since its last part written, checkpoint 1
+    provider.commit(3, LAYOUT, [(2, 1, False), (3, 1, False), (3, 2, False)])
+
+    assert provider.load().states == {1: {"a": 3}, 2: {"b": 3}}
+
+
+def test_whole_parts_from_every_task_replace_what_came_before(provider, tmp_path):
+    for checkpoint in (1, 2):
+        provider.prepare(checkpoint, 1, StatePart({"a": checkpoint, f"old{checkpoint}": 1}, []))
+        provider.prepare(checkpoint, 2, StatePart({"b": checkpoint}, []))
+        provider.commit(checkpoint, LAYOUT, [(checkpoint, 1, False), (checkpoint, 2, False)])
+    provider.prepare(3, 1, StatePart({"a": 3}, [], whole=True))
+    provider.prepare(3, 2, StatePart({}, [], whole=True))
+    provider.commit(3, LAYOUT, [(3, 1, True), (3, 2, True)])
+
+    assert provider.load().states == {1: {"a": 3}, 2: {}}
+    if isinstance(provider, FileStateProvider):  # what the whole parts made redundant is gone
+        assert sorted(os.listdir(provider.directory)) == [
+            "commit-000000000003.pickle",
+            "part-000000000003-1.pickle",
+            "part-000000000003-2.pickle",
+        ]
+
+
+class CountInState(StatefulBolt):
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def init_state(self, state):
+        self.counts = state
+
+    def execute(self, tup):
+        self.counts.put(tup["word"], self.counts.get(tup["word"], 0) + 1)
+        self.collector.ack(tup)
+
+
+def test_stateful_tasks_on_the_workers_write_their_parts_and_the_driver_only_commits(tmp_path):
+    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
+    words = [f"w{i % 500}" for i in range(6000)]
+    producer = ReliableQueue(queue_path, "q")
+    producer.put_many([w] for w in words)
+    builder = TopologyBuilder()
+    builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
+    builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
+    conf = {"squall.checkpoint.dir": str(checkpoints), "squall.spark.master": "local[2]"}
+    with LocalCluster(conf) as cluster:
+        cluster.submit_topology("parts", {"topology.state.checkpoint.interval.ms": 200}, builder.build())
+        deadline = time.monotonic() + 120
+        while sum(producer.counts().values()):
+            assert not cluster.failures, cluster.failures
+            assert time.monotonic() < deadline, producer.counts()
+            time.sleep(0.05)
+        cluster.kill_topology("parts")
+
+    directory = checkpoints / "parts" / "state"
+    names = os.listdir(directory)
+    assert any(n.startswith("commit-") for n in names) and any(n.startswith("part-") for n in names)
+    assert not [n for n in names if n.startswith(("delta-", "base-"))]  # the driver wrote no state
+    counts = Counter()
+    for state in FileStateProvider(str(directory)).load().states.values():
+        counts.update(state)
+    assert counts == Counter(words)  # every word acked only once its count was in a committed checkpoint
