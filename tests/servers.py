@@ -332,6 +332,7 @@ class NetworkHosts:
             if os.environ.get("CI"):
                 pytest.fail(f"{message}; CI must run the multi-host test")
             pytest.skip(message)
+        self._remove_stale()
         tag = os.getpid() % 100_000
         self.subnet = f"198.18.{tag % 250}"  # RFC 2544's benchmarking range: no real network uses it
         self.bridge = f"sqb{tag}"
@@ -356,6 +357,21 @@ class NetworkHosts:
     @staticmethod
     def _ip(*args: str) -> None:
         subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    @staticmethod
+    def _remove_stale() -> None:
+        """Hosts a killed test run left behind (no process in them), and their bridges, which could hold the
+        subnet this run picks."""
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+        for namespace in (line.split()[0] for line in listed if line.startswith("squall-")):
+            pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
+            if not pids.split():
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        bridges = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True)
+        for bridge in (line.split(": ")[1].split("@")[0] for line in bridges.stdout.splitlines() if ": sqb" in line):
+            ports = subprocess.run(["ip", "-o", "link", "show", "master", bridge], capture_output=True, text=True)
+            if not ports.stdout.strip():
+                subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
     def ip(self, name: str) -> str:
         return self._hosts[name][2]
