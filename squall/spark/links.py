@@ -115,8 +115,8 @@ class PeerLinks:
                 link.sendall(self._secret)
             link.sendall(frame)
             self.bytes_sent += len(frame)
-        except OSError as exc:
-            log.warning("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
+        except OSError as exc:  # a peer that stopped, or was lost: the driver sees that too, and says so
+            log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
             self._drop(worker)
             self._broken.add(worker)
 
