@@ -3,6 +3,8 @@ fifth of the time), and every reference the bolt shares between attributes kept 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from squall import Bolt, TopologyBuilder
 from squall.spark.bolt_task import BoltTask
 from squall.spark.protocol import RunSettings
@@ -15,6 +17,7 @@ class Holder(Bolt):
 
     def prepare(self, conf, context, collector):
         self.counts = {f"w{i}": i for i in range(5000)}  # large, plain, held once: pickled on its own
+        self.tally = Counter({f"t{i}": 1 for i in range(1500)})  # a Counter too
         self.seen = [f"s{i}" for i in range(3000)]
         self.index = {"seen": self.seen}  # the same list, held twice
         self.pairs = {i: (i, str(i)) for i in range(2000)}  # values are tuples: pickled with the rest
@@ -52,5 +55,6 @@ def test_a_restored_bolt_has_its_values_and_its_shared_references():
     assert bolt.seen == [f"s{i}" for i in range(3000)] + ["new"]
     assert bolt.index["seen"] is bolt.seen  # still one list
     assert bolt.pairs[5] == (5, "5")
+    assert type(bolt.tally) is Counter and bolt.tally["t7"] == 1
     assert bolt.me is bolt
     assert second.version == 7

@@ -26,6 +26,7 @@ import logging
 import pickle
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from pyspark import cloudpickle
@@ -86,9 +87,10 @@ _UNSHARED = _holders_of_one()
 
 
 def _plain(value: Any) -> bool:
-    """A dict, list or set of immutable atomic values only: pickled without the memo, nothing is lost."""
+    """A dict (or Counter), list or set of immutable atomic values only: pickled without the memo, nothing is
+    lost."""
     kind = type(value)
-    if kind is dict:
+    if kind is dict or kind is Counter:
         return _ATOMIC.issuperset(map(type, value)) and _ATOMIC.issuperset(map(type, value.values()))
     if kind is list or kind is set:
         return _ATOMIC.issuperset(map(type, value))
@@ -120,7 +122,7 @@ def _plain_attributes(state: dict[str, Any]) -> None:
     """Large containers of atomic values that only ``state`` (and the bolt) hold, pickled on their own, in place."""
     for key in list(state):
         value = state[key]
-        if type(value) in (dict, list, set) and len(value) >= PLAIN_MIN:
+        if type(value) in (dict, Counter, list, set) and len(value) >= PLAIN_MIN:
             del value  # not a holder of its own while counting
             if sys.getrefcount(state[key]) == _UNSHARED and _plain(state[key]):
                 state[key] = _PlainAttribute(state[key])
