@@ -165,7 +165,7 @@ class LocalCluster:
     def _steps(self, run: TopologyRun, stop: threading.Event) -> None:
         sleep, long_sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS], run.conf[cfg.SQUALL_IDLE_MAX_SLEEP_SECS]
         idle_for = getattr(run, "idle_for", None)
-        pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
+        first_pause = pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
         limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
             try:
@@ -189,7 +189,7 @@ class LocalCluster:
                 long_idle = idle_for is not None and idle_for() >= LONG_IDLE_SECS  # no tree pending all along
                 pause = min(max(sleep, long_sleep) if long_idle else sleep, pause * 2)
             else:
-                pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
+                pause = first_pause
 
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Stop a topology. With ``wait_secs``, as ``storm kill -w``: the spouts are deactivated, the pending

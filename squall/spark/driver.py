@@ -124,8 +124,6 @@ class TopologyRun:
         snapshot_root = os.fspath(where) if self.spouts_on_workers and where is not None else None
         # With the spouts on the workers, stateful tasks write their own checkpoint parts; the driver commits them.
         workers_write = self.spouts_on_workers and self.state_checkpoints is not None
-        if workers_write:
-            self.state_checkpoints.parts_from_workers()
         settings = RunSettings(
             self.run_id,
             self._seed,
@@ -207,7 +205,7 @@ class TopologyRun:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from exc
         interval = self.conf[cfg.TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS] / 1000.0
-        return StateCheckpoints(self.topology, stateful, provider, interval, self.clock.now())
+        return StateCheckpoints(self.topology, stateful, provider, interval, self.clock.now(), self.spouts_on_workers)
 
     # -- timers --------------------------------------------------------------
     def _tick_schedule(self) -> dict[str, list[float]]:
@@ -371,7 +369,7 @@ class TopologyRun:
                     self.scheduler.states,
                     wave.holds_acks,
                     wave.state_parts,
-                    any(wave.status[(c, t)].executed for c, t in wave.status if t in self.state_checkpoints.tasks),
+                    any(s.executed for (_, t), s in wave.status.items() if t in self.state_checkpoints.tasks),
                 )
                 self.stats.state_seconds += time.perf_counter() - started + wave.state_apply_seconds
                 if released is not None and self.spouts_on_workers:

@@ -51,6 +51,7 @@ class StateCheckpoints:
         provider: FileStateProvider | RedisStateProvider,
         interval: float,
         now: float,
+        workers_write: bool = False,
     ) -> None:
         self.topology = topology
         self.provider = provider
@@ -64,13 +65,9 @@ class StateCheckpoints:
         self._changes: dict[int, StateDelta] = defaultdict(StateDelta)  # task -> its changes since the last one
         self._held: list[AckBatch] = []  # stateful tasks' acks since the last checkpoint
         self._held_elsewhere = False  # stateful tasks sent acks that their ackers on the workers hold
-        self.workers_write = False  # the tasks write their parts of each checkpoint; the driver commits them
+        self.workers_write = workers_write  # the tasks write their parts of each checkpoint; the driver commits them
         self._parts: list[tuple[int, int, bool]] = []  # (checkpoint, task, whole) written since the last commit
         self._executed = False  # stateful tasks executed anything since the last checkpoint (when workers write)
-
-    def parts_from_workers(self) -> None:
-        """The tasks write their own parts of each checkpoint, where they run (spouts on the workers)."""
-        self.workers_write = True
 
     # -- start ------------------------------------------------------------------------
     def restore(self) -> dict[int, dict[Any, Any]]:
@@ -207,5 +204,4 @@ class StateCheckpoints:
             return None
         self.checkpoint = checkpoint
         self._parts, self._executed, self._held_elsewhere = [], False, False
-        released, self._held = AckBatch.combine(self._held), []
-        return released
+        return AckBatch.empty()  # released: the ackers on the workers hold the acks, and the caller tells them

@@ -35,6 +35,7 @@ import os
 import pickle
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +45,7 @@ from squall.model.state import StateDelta
 from squall.model.urls import redact
 
 COMPACT_EVERY = 20
-_FILE = re.compile(r"^(base|delta|commit)-(\d{12})\.pickle$")
-_PART = re.compile(r"^part-(\d{12})-(\d+)\.pickle$")
+_FILE = re.compile(r"^(base|delta|commit)-(\d{12})\.pickle$|^(part)-(\d{12})-\d+\.pickle$")
 
 
 @dataclass
@@ -115,13 +115,20 @@ class FileStateProvider:
             os.close(directory)
 
     def _files(self) -> list[tuple[int, str, str]]:
-        """``(checkpoint id, kind, path)`` of every complete file, oldest first."""
+        """``(checkpoint id, kind, path)`` of every complete file (a base, delta, commit or part), oldest first."""
         found = []
         for name in os.listdir(self.directory):
             match = _FILE.match(name)
             if match:
-                found.append((int(match.group(2)), match.group(1), os.path.join(self.directory, name)))
+                kind, number = match.group(1) or match.group(3), match.group(2) or match.group(4)
+                found.append((int(number), kind, os.path.join(self.directory, name)))
         return sorted(found, key=lambda f: (f[0], f[1] == "delta"))
+
+    def _remove(self, doomed: Callable[[int, str], bool]) -> None:
+        """Remove every file whose ``(checkpoint id, kind)`` is ``doomed``."""
+        for number, kind, path in self._files():
+            if doomed(number, kind):
+                os.remove(path)
 
     def save(self, checkpoint: int, layout: dict[str, list[int]], deltas: dict[int, StateDelta]) -> None:
         """Checkpoint ``checkpoint``: what each task's state changed since the one before."""
@@ -141,35 +148,16 @@ class FileStateProvider:
         self._write(self._path("commit", checkpoint), {"layout": layout, "parts": parts})
         tasks = {t for ts in layout.values() for t in ts}
         if tasks <= {task for number, task, whole in parts if number == checkpoint and whole}:
-            self._remove_before(checkpoint)
+            self._remove(lambda number, _: number < checkpoint)
 
     def discard_uncommitted(self, last: int) -> None:
         """Remove the parts of checkpoints after ``last``, which no commit names: a run cut off before them."""
-        for name in os.listdir(self.directory):
-            match = _PART.match(name)
-            if match and int(match.group(1)) > last:
-                os.remove(os.path.join(self.directory, name))
-
-    def _remove_before(self, checkpoint: int) -> None:
-        for name in os.listdir(self.directory):
-            match = _FILE.match(name) or _PART.match(name)
-            if match is None:
-                continue
-            number = int(match.group(2) if match.re is _FILE else match.group(1))
-            if number < checkpoint:
-                os.remove(os.path.join(self.directory, name))
+        self._remove(lambda number, kind: kind == "part" and number > last)
 
     def compact(self, checkpoint: int, layout: dict[str, list[int]], states: dict[int, dict[Any, Any]]) -> None:
         """Every task's whole state as of ``checkpoint`` (already saved); the files it makes redundant go."""
         self._write(self._path("base", checkpoint), {"layout": layout, "states": states})
-        self._remove_before(checkpoint)
-        for number, kind, path in self._files():
-            if number == checkpoint and kind != "base":
-                os.remove(path)
-        for name in os.listdir(self.directory):
-            match = _PART.match(name)
-            if match and int(match.group(1)) == checkpoint:
-                os.remove(os.path.join(self.directory, name))
+        self._remove(lambda number, kind: number < checkpoint or (number == checkpoint and kind != "base"))
 
     def load(self) -> Restored:
         """The state as of the newest complete checkpoint (nothing at all before the first)."""
@@ -184,7 +172,7 @@ class FileStateProvider:
             restored = Restored(number, record["layout"], record["states"])
             start = number
         for number, kind, path in files:
-            if kind == "base" or number <= start:
+            if kind in ("base", "part") or number <= start:
                 continue
             with open(path, "rb") as source:
                 record = pickle.load(source)
@@ -216,11 +204,10 @@ class RedisStateProvider:
         self.url, self.topology, self.prefix = url, topology, f"squall:state:{topology}"
         self.directory = f"{redact(url)} ({self.prefix})"
         self._redis = redis.Redis.from_url(url)
-        self.key = key if key is not None else _secret(key_file)
-        self._secret = self.key
+        self._secret = key if key is not None else _secret(key_file)
 
     def spec(self) -> StateStoreSpec:
-        return StateStoreSpec("redis", self.url, self.topology, self.key)
+        return StateStoreSpec("redis", self.url, self.topology, self._secret)
 
     def _sign(self, value: Any) -> bytes:
         blob = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
