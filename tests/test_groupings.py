@@ -28,6 +28,16 @@ def test_fields_grouping_is_stable_hash_mod_tasks():
         assert route((word, 99)) == route((word, 3))
 
 
+def test_fields_grouping_past_its_memory_of_keys_routes_the_same():
+    # more distinct keys than the picker remembers: it stops remembering and hashes, and no key moves
+    pick = FieldsGrouping(Fields("word")).picker(1, TARGETS, WORD)
+    words = [f"word{i}" for i in range(200_000)] + ["x" * 300, "ü" * 200]
+    for _ in range(2):
+        assert [pick((w, 0)) for w in words] == [TARGETS[stable_hash([w]) % 4] for w in words]
+    numbers = FieldsGrouping(Fields("n")).picker(1, TARGETS, WORD)
+    assert [numbers(("", i)) for i in range(70_000)] == [TARGETS[stable_hash([i]) % 4] for i in range(70_000)]
+
+
 def test_fields_grouping_exact_assignments():
     # pinned values: a change here would re-route every user's keys
     # (the CRC-32 of the canonical encoding b"s3:cat", and so on)

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from squall.model.fields import Fields
-from squall.model.hashing import stable_hash
+from squall.model.hashing import stable_hash, stable_str_hash
 
 Router = Callable[[Sequence[Any]], list[int]]
 Picker = Callable[[Sequence[Any]], int]
-_KNOWN_KEYS = 1 << 16  # keys a fields grouping router remembers the target of
+_KNOWN_KEYS = 1 << 16  # keys a fields grouping router remembers the target of; past them, it hashes
 
 
 class Grouping:
@@ -107,18 +107,31 @@ class FieldsGrouping(Grouping):
             return pick
         (position,) = positions
         known: dict[Any, int] = {}  # str or (type, value) -> target: 1, 1.0 and True hash apart
+        misses_when_full = 0  # once as many keys missed a full memory as it holds, strings are only hashed
 
         def pick_one(values: Sequence[Any]) -> int:
+            nonlocal misses_when_full
             value = values[position]
-            key = value if type(value) is str else (type(value), value)  # no other type equals a str
+            if type(value) is str:  # no other type equals a str
+                if misses_when_full >= _KNOWN_KEYS:  # a vocabulary larger than the memory
+                    return targets[stable_str_hash(value) % n]
+                target = known.get(value)
+                if target is None:
+                    target = targets[stable_str_hash(value) % n]
+                    if len(known) < _KNOWN_KEYS:
+                        known[value] = target
+                    else:
+                        misses_when_full += 1
+                return target
+            key = (type(value), value)
             try:
                 target = known.get(key)
             except TypeError:  # unhashable: hash it every time
                 return targets[stable_hash([value]) % n]
             if target is None:
-                if len(known) >= _KNOWN_KEYS:
-                    known.clear()
-                target = known[key] = targets[stable_hash([value]) % n]
+                target = targets[stable_hash([value]) % n]
+                if len(known) < _KNOWN_KEYS:
+                    known[key] = target
             return target
 
         return pick_one

@@ -52,9 +52,19 @@ def stable_bytes(values: Sequence[Any]) -> bytes:
     return bytes(out)
 
 
+_PREFIXES = [zlib.crc32(b"s%d:" % n) for n in range(256)]  # the CRC of a string's length prefix, by length
+
+
+def stable_str_hash(value: str) -> int:
+    """``stable_hash([value])`` for a string: the CRC of its prefix is looked up, not formatted."""
+    data = value.encode("utf-8", "surrogatepass")
+    if len(data) < 256:
+        return zlib.crc32(data, _PREFIXES[len(data)])
+    return zlib.crc32(b"s%d:%b" % (len(data), data))
+
+
 def stable_hash(values: Sequence[Any]) -> int:
     """A non-negative 32-bit hash of ``values``, identical in every process."""
     if len(values) == 1 and type(values[0]) is str:  # a lone string key, the common case: the same bytes, quicker
-        data = values[0].encode("utf-8", "surrogatepass")
-        return zlib.crc32(b"s%d:%b" % (len(data), data))
+        return stable_str_hash(values[0])
     return zlib.crc32(stable_bytes(values))
