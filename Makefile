@@ -3,10 +3,12 @@
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
+COMPILED := $(VENV)/.compiled
+HOT_PATH := squall/model/tuple.py squall/spark/collectors.py squall/spark/execution.py
 
 .PHONY: example demo test lint bench setup
 
-setup: $(STAMP)
+setup: $(COMPILED)
 
 $(STAMP): pyproject.toml scripts/ensure-system-packages.sh
 	bash scripts/ensure-system-packages.sh
@@ -15,20 +17,25 @@ $(STAMP): pyproject.toml scripts/ensure-system-packages.sh
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
-example: $(STAMP)
+# The per-tuple modules, compiled in place by Cython (setup.py); rebuilt when their sources change.
+$(COMPILED): $(STAMP) $(HOT_PATH) setup.py
+	$(VENV)/bin/python setup.py -q build_ext --inplace
+	touch $@
+
+example: $(COMPILED)
 	$(VENV)/bin/squall run examples/word_count.py
 
-demo: $(STAMP)
+demo: $(COMPILED)
 	$(VENV)/bin/squall demo
 
-lint: $(STAMP)
+lint: $(COMPILED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check squall tests benchmarks examples
 
 test: lint
 	$(VENV)/bin/python -m pytest
 
-bench: $(STAMP)
+bench: $(COMPILED)
 	$(VENV)/bin/python benchmarks/acker.py
 	$(VENV)/bin/python benchmarks/word_count.py
 	$(VENV)/bin/python benchmarks/pipelining.py

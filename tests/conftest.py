@@ -1,4 +1,5 @@
 import logging
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -6,6 +7,21 @@ from hypothesis import settings
 # Shared machines are noisy: judge hypothesis examples by their outcome, not their speed.
 settings.register_profile("squall", deadline=None)
 settings.load_profile("squall")
+
+
+def pytest_sessionstart(session):
+    """A compiled per-tuple module older than its source would run the old code: refuse, and say how to fix."""
+    import squall
+
+    root = Path(squall.__file__).parent
+    stale = [
+        str(so.relative_to(root.parent))
+        for so in root.rglob("*.so")
+        if (source := so.with_name(so.name.split(".", 1)[0] + ".py")).exists()
+        and source.stat().st_mtime > so.stat().st_mtime
+    ]
+    if stale:
+        raise pytest.UsageError(f"compiled modules older than their sources: {stale}; run `make setup` to rebuild")
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import cython
+
 from squall.model.fields import Fields
 
 TICK_COMPONENT = "__system"
 TICK_STREAM = "__tick"
 
 
+@cython.cclass
 class Tuple:
     """Values with their field names, their source, and their place in tuple trees.
 
@@ -20,17 +23,16 @@ class Tuple:
     ``edge``; one in several trees keeps its map in ``trees`` (``root`` is 0).
     """
 
-    __slots__ = (
-        "edge",
-        "fields",
-        "id",
-        "root",
-        "source_component",
-        "source_stream",
-        "source_task",
-        "trees",
-        "values",
-    )
+    # Compiled, these are the fields of a C struct (``setup.py``): a tuple is made once per row per bolt.
+    values = cython.declare(tuple, visibility="public")
+    fields = cython.declare(object, visibility="public")
+    source_component = cython.declare(object, visibility="public")
+    source_task = cython.declare(object, visibility="public")
+    source_stream = cython.declare(object, visibility="public")
+    root = cython.declare(object, visibility="public")
+    edge = cython.declare(object, visibility="public")
+    trees = cython.declare(object, visibility="public")
+    id = cython.declare(object, visibility="public")
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import cython
 import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
@@ -40,6 +41,7 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
 
 
+@cython.cclass
 class OutputCollector:
     """A bolt task's collector: emits are routed by the groupings into a ``Batch`` per target task; acks are
     buffered for the acker.
@@ -49,6 +51,33 @@ class OutputCollector:
     picks one task, anchored to one tuple in one tree) takes a short path with no per-tuple allocation beyond
     the row itself.
     """
+
+    # Compiled, these are the fields of a C struct (``setup.py``): ``emit`` reads them once per tuple.
+    _topology = cython.declare(object)
+    _component = cython.declare(object)
+    _task = cython.declare(object)
+    _acking = cython.declare(cython.bint)
+    _capture = cython.declare(cython.bint)
+    _routes = cython.declare(object)
+    _pickers = cython.declare(dict)
+    _check = cython.declare(object)
+    _arity = cython.declare(dict)
+    ids = cython.declare(object, visibility="public")
+    next_id = cython.declare(object, visibility="public")
+    generation = cython.declare(object, visibility="public")
+    wave = cython.declare(object, visibility="public")
+    outbox = cython.declare(dict, visibility="public")
+    ship = cython.declare(object, visibility="public")
+    _acked_roots = cython.declare(list)
+    _acked_edges = cython.declare(list)
+    _acked_rows = cython.declare(list)
+    _entered = cython.declare(list)
+    _message_roots = cython.declare(list)
+    _message_edges = cython.declare(list)
+    failed_roots = cython.declare(list, visibility="public")
+    reset_roots = cython.declare(list, visibility="public")
+    status = cython.declare(object, visibility="public")
+    captured = cython.declare(list, visibility="public")
 
     def __init__(
         self,

@@ -45,6 +45,7 @@ from squall.spark.bolt_task import BoltTask
 from squall.spark.clock import Clock
 from squall.spark.collectors import OutputCollector
 from squall.spark.driver import WaveInfo
+from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError, stop_reason
 from squall.spark.protocol import Batch as ProtocolBatch
 from squall.spark.protocol import (
@@ -57,7 +58,6 @@ from squall.spark.protocol import (
 )
 from squall.spark.shipping import load_shipped, pickle_component, ship_topology
 from squall.spark.stats import RunStats
-from squall.spark.worker import execute_batch
 from squall.time import use_simulated_time
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator

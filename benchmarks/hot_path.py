@@ -1,0 +1,88 @@
+"""The workers' per-word Python, without Spark: the word count's bolt tasks run their batches in this process.
+
+The benchmark's topology (``word_count.py``) as one worker runs it: a wave of sentence rows (each the root of
+a tree) through ``split``, its batches to the two ``count`` tasks through the wire's pickling, ``count``'s to
+``sink``, then every task's acks reduced. Nothing else runs, so the figure is the framework's Python per word
+plus the bolts' own bodies, which ``word_count.py``'s runs spread over processes, threads and sockets.
+
+    python benchmarks/hot_path.py [--words 400000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pickle
+import pstats
+import time
+
+from word_count import Sentences, make_sentences, topology
+
+from squall.spark.bolt_task import BoltTask
+from squall.spark.execution import execute_batch
+from squall.spark.protocol import HEADER, Batch, RunSettings, encode
+from squall.spark.shipping import ShippedTopology, pack
+
+WAVE_SENTENCES = 2_000
+
+
+def tasks_of(built) -> dict[str, list[BoltTask]]:
+    stripped = built.with_objects(dict.fromkeys(built.components))
+    blobs = {c: pack(built.components[c].obj) for c in ("split", "count", "sink")}
+    shipped = ShippedTopology(stripped, {}, blobs)
+    settings = RunSettings("hot-path", 7, acking=True, capture=False)
+    workers = [frozenset(built.task_ids(c)[i] for c in ("split", "count", "sink")) for i in range(2)]
+    return {
+        c: [BoltTask(shipped, c, t, settings, workers[i]) for i, t in enumerate(built.task_ids(c))]
+        for c in ("split", "count", "sink")
+    }
+
+
+def run(sentences: list[str], tasks: dict[str, list[BoltTask]], spout_task: int) -> None:
+    by_id = {task.task: task for group in tasks.values() for task in group}
+    for wave, start in enumerate(range(0, len(sentences), WAVE_SENTENCES), 1):
+        for task in by_id.values():
+            task.begin_wave(0, wave)
+        rows = sentences[start : start + WAVE_SENTENCES]
+        for i, task in enumerate(tasks["split"]):
+            mine = rows[i :: len(tasks["split"])]
+            batch = Batch(0, wave, spout_task, "sentences", spout_task, task.task)
+            for n, sentence in enumerate(mine, 1):
+                batch.add("default", (sentence,), root=(wave << 32) | n, edge=n)
+            execute_batch(task, batch)
+        for stage in ("split", "count"):
+            for task in tasks[stage]:
+                for batch in task.collector.take_batches():
+                    if stage == "split":  # split and count meet through the wire; count and sink share a worker
+                        batch = pickle.loads(encode(batch, 0)[HEADER.size :])
+                    execute_batch(by_id[batch.target], batch)
+        for task in by_id.values():
+            task.collector.take_batches()
+            task.collector.take_acks()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--words", type=int, default=400_000)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    sentences = make_sentences(args.words)
+    built = topology(Sentences([]))
+    spout_task = built.task_ids("sentences")[0]
+    run(sentences[:20_000], tasks_of(built), spout_task)  # warm up
+    best = float("inf")
+    for _ in range(3):
+        tasks = tasks_of(built)
+        started = time.perf_counter()
+        run(sentences, tasks, spout_task)
+        best = min(best, time.perf_counter() - started)
+    words = len(sentences) * 8
+    print(f"hot_path_us_per_word={best / words * 1e6:.3f}")
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.runcall(run, sentences, tasks_of(built), spout_task)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Compiles squall's per-tuple modules with Cython; everything else, and these too where they are not compiled,
+runs as plain Python. ``make setup`` builds them in place, and ``make`` rebuilds them when their sources change."""
+
+from Cython.Build import cythonize
+from setuptools import setup
+
+COMPILED = [
+    "squall/model/tuple.py",  # a Tuple per row per bolt
+    "squall/spark/collectors.py",  # emit and ack, once per tuple
+    "squall/spark/execution.py",  # the loop that runs a batch's rows through a bolt
+]
+
+setup(
+    ext_modules=cythonize(
+        COMPILED,
+        language_level=3,
+        quiet=True,
+        # Annotations stay hints for readers: a task id may be a numpy integer, a flag any truthy value.
+        compiler_directives={"annotation_typing": False, "binding": True, "embedsignature": True},
+    )
+)
