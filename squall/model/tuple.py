@@ -101,3 +101,17 @@ class Tuple:
 
     def __repr__(self) -> str:
         return f"Tuple({self.values!r}, from {self.source_component}:{self.source_task}/{self.source_stream})"
+
+
+def row_tuple(values: tuple, fields: Fields, component: str, task: int, stream: str, root: int, edge: int) -> Tuple:
+    """The ``Tuple`` of a batch's row, in one tree or none: ``Tuple(...)`` without its argument handling, made
+    once per row per bolt."""
+    tup = Tuple.__new__(Tuple)
+    tup.values = values if type(values) is tuple else tuple(values)
+    tup.fields = fields
+    tup.source_component = component
+    tup.source_task = task
+    tup.source_stream = stream
+    tup.root, tup.edge, tup.trees = root, edge, None
+    tup.id = 0
+    return tup

@@ -16,7 +16,7 @@ from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
 from squall.spark.protocol import ACK, FAIL, RESET, AckBatch, Batch, TaskStatus
-from squall.spark.records import PLAIN_TYPES, EmitChecker, Routes, direct_target
+from squall.spark.records import EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
 
@@ -39,6 +39,32 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 
 
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
+
+
+@cython.cclass
+class _Open:
+    """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup."""
+
+    batch = cython.declare(object, visibility="readonly")
+    streams = cython.declare(list)
+    values = cython.declare(list)
+    roots = cython.declare(list)
+    edges = cython.declare(list)
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+        self.streams, self.values, self.roots, self.edges = batch.streams, batch.values, batch.roots, batch.edges
+
+
+@cython.cfunc
+@cython.returns(cython.bint)
+def _plain_values(values: Any) -> bool:
+    """Every value is of ``records.PLAIN_TYPES``, compared by identity."""
+    for value in values:
+        kind = type(value)
+        if not (kind is str or kind is int or kind is float or kind is bool or kind is bytes or value is None):
+            return False
+    return True
 
 
 @cython.cclass
@@ -76,7 +102,8 @@ class OutputCollector:
     _message_edges = cython.declare(list)
     failed_roots = cython.declare(list, visibility="public")
     reset_roots = cython.declare(list, visibility="public")
-    status = cython.declare(object, visibility="public")
+    _status = cython.declare(object)
+    _emitted = cython.declare(cython.Py_ssize_t)  # emits not yet counted in ``_status``
     captured = cython.declare(list, visibility="public")
 
     def __init__(
@@ -101,7 +128,7 @@ class OutputCollector:
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0
         self.wave = 0
-        self.outbox: dict[int, Batch] = {}  # target task -> this wave's emits to it not yet shipped
+        self.outbox: dict[int, _Open] = {}  # target task -> this wave's emits to it not yet shipped
         self.ship: Callable[[Batch], None] | None = None
         # The wave's acker messages, XOR-reduced per root by take_acks():
         self._acked_roots: list[int] = []  # (root, edge) of each acked tuple in one tree; ints, not the tuples,
@@ -112,19 +139,35 @@ class OutputCollector:
         self._message_edges: list[int] = []
         self.failed_roots: list[int] = []
         self.reset_roots: list[int] = []
-        self.status = TaskStatus()
+        self._status = TaskStatus()
+        self._emitted = 0
         self.captured: list[tuple] = []  # default-stream emits, when testing asks for them
+
+    @property
+    def status(self) -> TaskStatus:
+        """The task's counters this wave."""
+        self._status.emitted += self._emitted
+        self._emitted = 0
+        return self._status
+
+    @status.setter
+    def status(self, status: TaskStatus) -> None:
+        self._status, self._emitted = status, 0
 
     def set_local_tasks(self, local_tasks: frozenset[int]) -> None:
         """The tasks that share this task's worker, after it moved."""
         self._routes = Routes(self._topology, self._component, self._task, local_tasks)
         self._pickers = {}
 
+    def _open(self, task: int) -> _Open:
+        rows = self.outbox.get(task)
+        if rows is None:
+            batch = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
+            rows = self.outbox[task] = _Open(batch)
+        return rows
+
     def _batch_to(self, task: int) -> Batch:
-        batch = self.outbox.get(task)
-        if batch is None:
-            batch = self.outbox[task] = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
-        return batch
+        return self._open(task).batch
 
     def _full(self, batch: Batch) -> None:
         if self.ship is not None:
@@ -168,7 +211,7 @@ class OutputCollector:
                 self._full(batch)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
-        self.status.emitted += 1
+        self._emitted += 1
         return [task for _, task in targets]
 
     def emit(
@@ -178,39 +221,44 @@ class OutputCollector:
         stream: str = DEFAULT_STREAM,
     ) -> list[int]:
         """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
-        if (
-            type(values) in (list, tuple)
-            and len(values) == self._arity.get(stream)
-            and PLAIN_TYPES.issuperset(map(type, values))
-        ):  # EmitChecker's fast path, inline
-            values = tuple(values)
+        kind = type(values)
+        if (kind is tuple or kind is list) and len(values) == self._arity.get(stream, -1) and _plain_values(values):
+            values = tuple(values)  # EmitChecker's fast path, inline
         else:
             values = self._check(stream, values)
         pick = self._pickers.get(stream)
         if pick is None:
-            pick = self._pickers[stream] = self._routes.picker(stream) or False
+            pick = self._pickers[stream] = self._picker(stream)
         if pick is False:
             return self._send(self._routes.targets(stream, values), stream, values, anchors)
-        target = pick(values)
+        target = pick if type(pick) is int else pick(values)
         root = 0
         if anchors is not None and self._acking:
             parent = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
             if parent is None or parent.trees:
                 return self._send([("", target)], stream, values, anchors)
             root = parent.root  # the row's edge is drawn when its batch is sealed
-        batch = self.outbox.get(target)
-        if batch is None:
-            batch = self._batch_to(target)
-        batch.streams.append(stream)  # Batch.add, inline: this runs once per tuple
-        batch.values.append(values)
-        batch.roots.append(root)
-        batch.edges.append(0)
-        if len(batch.values) >= CHUNK_ROWS:
-            self._full(batch)
+        rows = self.outbox.get(target)
+        if rows is None:
+            rows = self._open(target)
+        columns = cython.cast(_Open, rows)
+        columns.streams.append(stream)  # Batch.add, inline: this runs once per tuple
+        columns.values.append(values)
+        columns.roots.append(root)
+        columns.edges.append(0)
+        if len(columns.values) >= CHUNK_ROWS:
+            self._full(columns.batch)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
-        self.status.emitted += 1
+        self._emitted += 1
         return [target]
+
+    def _picker(self, stream: str) -> Any:
+        """How ``emit`` picks the target of a stream: a task id, a function of the values, or False (``_send``)."""
+        target = self._routes.constant_target(stream)
+        if target is not None:
+            return target
+        return self._routes.picker(stream) or False
 
     def emit_direct(
         self,
@@ -263,7 +311,7 @@ class OutputCollector:
 
     def take_batches(self) -> list[Batch]:
         """The emits not shipped yet, one batch per target task, sealed; the outbox starts over."""
-        batches, self.outbox = list(self.outbox.values()), {}
+        batches, self.outbox = [rows.batch for rows in self.outbox.values()], {}
         for batch in batches:
             self._seal(batch)
         return batches
@@ -296,16 +344,19 @@ class OutputCollector:
         log.error("%s task %d: malformed message set aside: %s", self._component, self._task, what)
 
 
+@cython.cclass
 class BasicOutputCollector:
     """What a ``BasicBolt`` sees: emits are anchored to the tuple being executed."""
 
+    _collector = cython.declare(OutputCollector)
+    input = cython.declare(object, visibility="public")
+
     def __init__(self, collector: OutputCollector) -> None:
         self._collector = collector
-        self._emit = collector.emit
         self.input: Tuple | None = None
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._emit(values, self.input, stream)
+        return self._collector.emit(values, self.input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
         self._collector.emit_direct(task, values, anchors=self.input, stream=stream)

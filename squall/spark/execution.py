@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 import time
 
+import cython
+
 from squall.model.errors import FailedException
-from squall.model.tuple import Tuple
+from squall.model.tuple import row_tuple
 from squall.spark.bolt_task import BoltTask
 from squall.spark.protocol import Batch
 
 log = logging.getLogger("squall.worker")
 
 
+@cython.locals(streams=list, rows=list, roots=list, edges=list, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
 def execute_batch(task: BoltTask, batch: Batch) -> None:
     """Each row as a ``Tuple`` through the task's bolt, in order; a row that raises fails and the rest go on.
 
@@ -30,13 +33,19 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
     execute = task.bolt.execute
     fields_of, last_stream, fields = task.fields_of, None, None
     failed: list[int] = []  # rows that raised or failed
-    roots, edges = batch.roots, batch.edges
-    if not isinstance(roots, list):  # a sealed batch's uint64 arrays
-        roots, edges = roots.tolist(), edges.tolist()
-    for i, (stream, values, root, edge) in enumerate(zip(batch.streams, batch.values, roots, edges, strict=True)):
+    streams, rows = batch.streams, batch.values
+    columns = batch.roots, batch.edges
+    if not isinstance(columns[0], list):  # a sealed batch's uint64 arrays
+        columns = columns[0].tolist(), columns[1].tolist()
+    roots, edges = columns
+    n = len(rows)
+    if not len(streams) == len(roots) == len(edges) == n:
+        raise ValueError(f"a batch from {component!r} has columns of different lengths")
+    for i in range(n):
+        stream, root = streams[i], roots[i]
         if stream is not last_stream:
             last_stream, fields = stream, fields_of(component, stream)
-        tup = Tuple(values, fields, component, source, stream, None, 0, root, edge)
+        tup = row_tuple(rows[i], fields, component, source, stream, root, edges[i])
         if not root and trees:
             tup.trees = trees.get(i)
         try:

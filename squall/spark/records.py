@@ -47,7 +47,7 @@ _SAFE_SCALARS = (
 )
 
 
-PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})
+PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})  # collectors._plain_values checks the same
 
 
 def _serializable(value: Any, depth: int = 0) -> bool:
@@ -173,6 +173,15 @@ class Routes:
                 pick = grouping.picker(self._task, self._candidates(bolt, grouping), fields)
         self._pickers[stream] = pick
         return pick
+
+    def constant_target(self, stream: str) -> int | None:
+        """The one task every plain emit on ``stream`` goes to, when its picker has a single candidate."""
+        subscribers = self._topology.subscribers(self._component, stream)
+        if self.picker(stream) is None or len(subscribers) != 1:
+            return None
+        ((bolt, sub),) = subscribers
+        candidates = self._candidates(bolt, sub.grouping)
+        return candidates[0] if len(candidates) == 1 else None
 
     def targets(self, stream: str, values: Sequence) -> list[tuple[str, int]]:
         """``[(bolt, target_task), ...]`` for a plain emit of ``values`` on ``stream``."""
