@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages squall needs when they are missing:
 # a Java runtime (17+) for Spark, and the servers the tests start
-# (redis-server, rabbitmq-server, postgresql, zookeeper), and Chromium with its
-# driver for the web page's browser test.
+# (redis-server, rabbitmq-server, postgresql, zookeeper), Chromium with its
+# driver for the web page's browser test, and a C compiler with Python's headers
+# for the per-tuple modules Cython compiles (setup.py).
 # Run as root (or with sudo available).
 set -euo pipefail
 
@@ -16,6 +17,9 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || need+=(rabbitmq-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need+=(python3-dev)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the web page's browser test drives it headless
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 

@@ -19,6 +19,8 @@ TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
 TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
+# True: shuffle groupings deal tuples evenly, whatever the workers' loads (Storm's key; squall/spark/load.py)
+TOPOLOGY_DISABLE_LOADAWARE_MESSAGING = "topology.disable.loadaware.messaging"
 TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS = "topology.state.checkpoint.interval.ms"  # stateful bolts' checkpoints
 TOPOLOGY_STATE_PROVIDER = "topology.state.provider"  # where they go: "file" (squall.checkpoint.dir) or "redis"
 SQUALL_SPARK_MASTER = "squall.spark.master"
@@ -54,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: True,
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: None,
     TOPOLOGY_DEBUG: False,
+    TOPOLOGY_DISABLE_LOADAWARE_MESSAGING: False,
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS: 1000,
     TOPOLOGY_STATE_PROVIDER: "file",
     SQUALL_SPARK_MASTER: "local[*]",
@@ -165,6 +168,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS: _bool,
     TOPOLOGY_TICK_TUPLE_FREQ_SECS: _optional(_positive_number),
     TOPOLOGY_DEBUG: _bool,
+    TOPOLOGY_DISABLE_LOADAWARE_MESSAGING: _bool,
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS: _positive_number,
     TOPOLOGY_STATE_PROVIDER: _one_of("file", "redis"),
     SQUALL_SPARK_MASTER: _non_empty_str,

@@ -38,6 +38,7 @@ from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
 from squall.spark.failures import TaskSetupError
+from squall.spark.load import TaskWeights
 from squall.spark.protocol import RunSettings, Snapshot, TaskStatus
 from squall.spark.records import TICK_FIELDS
 from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
@@ -145,6 +146,7 @@ class BoltTask:
         settings: RunSettings,
         local_tasks: frozenset[int] = frozenset(),
         batch_id: Any = None,
+        weights: TaskWeights | None = None,
     ) -> None:
         """A new task instance, prepared; a transactional batch bolt's is prepared for ``batch_id``."""
         topology = shipped.topology
@@ -155,7 +157,9 @@ class BoltTask:
         self.dirty = False  # executed something since its last snapshot (when snapshots are taken on an interval)
         self.bolt = new_component(shipped, component, task)
         self.context = TopologyContext(topology, component, task)
-        self.collector = OutputCollector(topology, component, task, settings.acking, settings.capture, local_tasks)
+        self.collector = OutputCollector(
+            topology, component, task, settings.acking, settings.capture, local_tasks, weights
+        )
         self.basic = isinstance(self.bolt, BasicBolt)
         self.basic_collector = BasicOutputCollector(self.collector) if self.basic else None
         self._topology = topology
@@ -286,15 +290,16 @@ def start_task(
     settings: RunSettings,
     snapshot: Snapshot | None,
     local_tasks: frozenset[int],
+    weights: TaskWeights | None = None,
 ) -> BoltTask:
     """The task's live instance if its state equals ``snapshot``, else a new one restored from it."""
     component = shipped.topology.component_of(task_id)
     live = LIVE.pop((settings.run_id, task_id), None)  # taken out while running: a crash leaves nothing stale
     version = snapshot.version if snapshot is not None else None
     if live is not None and live.version == version:
-        live.collector.set_local_tasks(local_tasks)
+        live.collector.set_local_tasks(local_tasks, weights)
         return live
-    task = BoltTask(shipped, component, task_id, settings, local_tasks)
+    task = BoltTask(shipped, component, task_id, settings, local_tasks, weights=weights)
     if snapshot is not None:
         try:
             task.restore(snapshot)

@@ -15,6 +15,7 @@ from squall.model.topology import Topology
 from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
+from squall.spark.load import TaskWeights
 from squall.spark.protocol import ACK, FAIL, RESET, AckBatch, Batch, TaskStatus
 from squall.spark.records import EmitChecker, Routes, direct_target
 
@@ -114,13 +115,14 @@ class OutputCollector:
         acking: bool,
         capture: bool,
         local_tasks: frozenset[int] = frozenset(),
+        weights: TaskWeights | None = None,
     ) -> None:
         self._topology = topology
         self._component = component
         self._task = task
         self._acking = acking
         self._capture = capture
-        self._routes = Routes(topology, component, task, local_tasks)
+        self._routes = Routes(topology, component, task, local_tasks, weights)
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
         self._arity = self._check.arity
@@ -154,9 +156,9 @@ class OutputCollector:
     def status(self, status: TaskStatus) -> None:
         self._status, self._emitted = status, 0
 
-    def set_local_tasks(self, local_tasks: frozenset[int]) -> None:
-        """The tasks that share this task's worker, after it moved."""
-        self._routes = Routes(self._topology, self._component, self._task, local_tasks)
+    def set_local_tasks(self, local_tasks: frozenset[int], weights: TaskWeights | None = None) -> None:
+        """The tasks that share this task's worker, after it moved, and that worker's load weights."""
+        self._routes = Routes(self._topology, self._component, self._task, local_tasks, weights)
         self._pickers = {}
 
     def _open(self, task: int) -> _Open:

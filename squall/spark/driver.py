@@ -133,6 +133,7 @@ class TopologyRun:
             self.spouts_on_workers,
             snapshot_root,
             self.state_checkpoints.provider.spec() if workers_write else None,
+            self.spouts_on_workers and not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
         )
         self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
         self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave

@@ -128,6 +128,7 @@ class RunSettings:
     spouts_on_workers: bool = False  # else the driver's process runs the spouts (TestCluster)
     snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
     state_store: Any = None  # squall.state.providers.StateStoreSpec: stateful tasks write their checkpoint parts
+    load_aware: bool = False  # shuffle groupings weigh the workers' loads (``load.py``)
 
 
 @wire
@@ -176,6 +177,7 @@ class WaveInput:
     snapshot: bool = False  # every bolt task writes its state at the end of this wave (``snapshots.py``)
     replay: bool = False  # a wave run again after a worker loss: the spouts' logged tuples, acks dropped
     commit: Commit | None = None  # the driver's latest Commit not sent yet, applied before the spout calls
+    weights: tuple[float, ...] | None = None  # each worker's load weight for shuffles; None: all equal
 
 
 @wire
@@ -357,6 +359,8 @@ class WorkerReport:
     """Worker -> driver: every report its tasks (and spout tasks) made for one wave, in one message."""
 
     reports: list[TaskReport | SpoutReport]
+    worker: int = -1
+    cpu_seconds: float = 0.0  # the worker process's CPU time when it sent this: the driver reads its load
 
 
 @wire

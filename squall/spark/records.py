@@ -17,9 +17,10 @@ from pyspark import cloudpickle
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import SquallError
 from squall.model.fields import Fields
-from squall.model.groupings import Grouping, LocalOrShuffleGrouping, Picker
+from squall.model.groupings import Grouping, LocalOrShuffleGrouping, NoneGrouping, Picker, ShuffleGrouping
 from squall.model.topology import Topology
 from squall.model.tuple import TICK_STREAM
+from squall.spark.load import LoadAwareShuffle, TaskWeights
 
 TICK_FIELDS = Fields("rate_secs")
 
@@ -130,10 +131,16 @@ class Routes:
     """Where a task's plain emits go, per stream: the subscribers and their groupings' routers."""
 
     def __init__(
-        self, topology: Topology, component: str, task: int, local_tasks: frozenset[int] = frozenset()
+        self,
+        topology: Topology,
+        component: str,
+        task: int,
+        local_tasks: frozenset[int] = frozenset(),
+        weights: TaskWeights | None = None,
     ) -> None:
         self._topology, self._component, self._task = topology, component, task
         self._local_tasks = local_tasks  # tasks in this task's worker: local_or_shuffle keeps to them
+        self._weights = weights  # the workers' load weights: shuffles are load-aware (``load.py``)
         self._by_stream: dict[str, list[tuple[str, Any]]] = {}
         self._pickers: dict[str, Picker | None] = {}
 
@@ -170,7 +177,11 @@ class Routes:
             grouping = sub.grouping
             if type(grouping).router is Grouping.router:  # a subclass that routes its own way is asked
                 fields = topology.stream_fields(component, stream)
-                pick = grouping.picker(self._task, self._candidates(bolt, grouping), fields)
+                candidates = self._candidates(bolt, grouping)
+                if self._weights is not None and type(grouping) in (ShuffleGrouping, NoneGrouping):
+                    pick = LoadAwareShuffle(self._task, candidates, self._weights)
+                else:
+                    pick = grouping.picker(self._task, candidates, fields)
         self._pickers[stream] = pick
         return pick
 

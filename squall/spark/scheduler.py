@@ -36,6 +36,7 @@ from squall.spark.checkpoints import Checkpointer
 from squall.spark.context import runs_on_this_machine
 from squall.spark.failures import fatal_message, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
+from squall.spark.load import LoadBalancer
 from squall.spark.protocol import (
     DRIVER,
     FINAL_REPORT,
@@ -160,6 +161,7 @@ class WaveScheduler:
         self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
         self.spouts_on_workers = settings.spouts_on_workers
         self.placement = self._placement(workers)
+        self.balancer = LoadBalancer(workers) if settings.load_aware else None
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
         self.states: dict[int, tuple[int, dict]] = {task: (0, state) for task, state in (restored or {}).items()}
@@ -251,6 +253,8 @@ class WaveScheduler:
         self.ready = False
         self.workers = workers
         self.placement = self._placement(workers)
+        if self.balancer is not None:
+            self.balancer.resized(workers)
         self._executors_seen = self._executors()
         self._lost_at = time.monotonic()  # a worker of the new job that never comes leads to another shrink
         self._launch()
@@ -310,6 +314,7 @@ class WaveScheduler:
         commit, self._commit_due = self._commit_due, None
         if commit is not None and commit.generation != self.generation:
             commit = None  # of the workers before a restart: Assign tells the new ones what was applied
+        weights = self.balancer.weights if self.balancer is not None else None
         for worker, batches in per_worker.items():
             messages.append(
                 (
@@ -326,6 +331,7 @@ class WaveScheduler:
                         flight.snapshot,
                         flight.replay,
                         commit,
+                        weights,
                     ),
                 )
             )
@@ -368,6 +374,8 @@ class WaveScheduler:
             if isinstance(message, TaskReport):
                 self._report(message, done)
             elif isinstance(message, WorkerReport):
+                if self.balancer is not None:
+                    self.balancer.observe(message.worker, message.cpu_seconds, time.monotonic())
                 for report in message.reports:
                     if isinstance(report, TaskReport):
                         self._report(report, done)

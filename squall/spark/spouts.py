@@ -26,6 +26,7 @@ from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
+from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, Routes, direct_target
 from squall.spark.stats import RunStats, latency_buckets
@@ -54,16 +55,21 @@ class DriverOutbox:
 
 
 class SpoutOutputCollector:
-    def __init__(self, host: SpoutHost, topology: Topology, component: str, task: int) -> None:
+    def __init__(
+        self, host: SpoutHost, topology: Topology, component: str, task: int, weights: TaskWeights | None = None
+    ) -> None:
         self._host, self._topology, self._component, self._task = host, topology, component, task
-        self._routes = Routes(topology, component, task)
+        self._routes = Routes(topology, component, task, weights=weights)
+        self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
         values = self._check(stream, values)
-        pick = self._routes.picker(stream)
-        if pick is not None:
+        pick = self._pickers.get(stream)
+        if pick is None:
+            pick = self._pickers[stream] = self._routes.picker(stream) or False
+        if pick is not False:
             targets = [pick(values)]
         else:
             targets = [task for _, task in self._routes.targets(stream, values)]
@@ -92,13 +98,22 @@ def copy_spout(topology: Topology, component: str, task: int) -> Any:
 class SpoutTask:
     """One spout task. ``open`` is called by ``SpoutHost.open``, on the thread that makes every later call."""
 
-    def __init__(self, host: SpoutHost, topology: Topology, conf: dict, component: str, task: int, spout: Any) -> None:
+    def __init__(
+        self,
+        host: SpoutHost,
+        topology: Topology,
+        conf: dict,
+        component: str,
+        task: int,
+        spout: Any,
+        weights: TaskWeights | None = None,
+    ) -> None:
         self.component, self.task = component, task
         spec = topology.components[component]
         self.spout = spout
         self.conf = {**conf, **spec.conf}
         self.context = TopologyContext(topology, component, task)
-        self.collector = SpoutOutputCollector(host, topology, component, task)
+        self.collector = SpoutOutputCollector(host, topology, component, task, weights)
 
 
 class SpoutHost:
@@ -118,6 +133,7 @@ class SpoutHost:
         tasks: list[int] | None = None,
         make_spout: Callable[[Topology, str, int], Any] = copy_spout,
         outbox: DriverOutbox | None = None,
+        weights: TaskWeights | None = None,
     ) -> None:
         self.stats = stats
         self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
@@ -130,7 +146,7 @@ class SpoutHost:
         self.active = True  # deactivated, the spouts are not asked for tuples
         self._wanted_active = True  # as asked from any thread; applied on the run's own thread
         self.tasks = [
-            SpoutTask(self, topology, conf, component, task, make_spout(topology, component, task))
+            SpoutTask(self, topology, conf, component, task, make_spout(topology, component, task), weights)
             for component, spec in topology.spouts.items()
             for task in spec.tasks
             if tasks is None or task in tasks
@@ -149,7 +165,11 @@ class SpoutHost:
         if msg_id is not None and self.trees is not None and targets:
             root = self.trees.start(task, msg_id, self._now())
             for target in targets:  # each copy's edge is drawn when the wave is taken
-                batch_for(target, component, task).add(stream, values, root)
+                batch = batch_for(target, component, task)
+                batch.streams.append(stream)  # Batch.add, inline: once per spout tuple
+                batch.values.append(values)
+                batch.roots.append(root)
+                batch.edges.append(0)
         else:
             if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))

@@ -36,6 +36,7 @@ from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
 from squall.spark.links import Inbox, PeerLinks, PeerListener
+from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
     DRIVER,
     FINAL_REPORT,
@@ -46,6 +47,7 @@ from squall.spark.protocol import (
     Commit,
     Hello,
     Release,
+    RunSettings,
     Snapshot,
     SpoutReport,
     Stop,
@@ -106,6 +108,7 @@ class Worker:
         self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
         self.state_provider: Any = None  # where stateful tasks write their checkpoint parts, when spouts run here
         self._state_spec: Any = None
+        self.weights = TaskWeights()  # the workers' load weights, read by every shuffle here when load-aware
         self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
 
     # -- messages ----------------------------------------------------------------
@@ -157,6 +160,7 @@ class Worker:
         if message.commit is not None and self.spouts is not None:  # the acks of waves before it may apply now
             self.spouts.commit(message.commit.wave, message.commit.snapshot)
         self.times[message.wave] = message.simulated_now
+        self.weights.update(message.weights, self.placement)
         if message.checkpoint is not None:
             self.checkpoints[message.wave] = message.checkpoint
         if message.snapshot:
@@ -195,7 +199,7 @@ class Worker:
             snapshot = message.snapshots.get(task_id)
             if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
                 snapshot = Snapshot(snapshot.version, self._read_snapshot(task_id, snapshot.path))
-            task = start_task(self.shipped, task_id, settings, snapshot, mine)
+            task = start_task(self.shipped, task_id, settings, snapshot, mine, self._load_weights(settings))
             task.whole_part_due = True  # its first checkpoint part since a (re)start holds all of its state
             component = self.topology.component_of(task_id)
             upstream = [
@@ -215,6 +219,9 @@ class Worker:
             elif early.generation > self.generation:
                 self.ahead.append(early)
 
+    def _load_weights(self, settings: RunSettings) -> TaskWeights | None:
+        return self.weights if settings.load_aware else None
+
     def _read_snapshot(self, task: int, path: str) -> bytes:
         try:
             return self.store.read_task(path)
@@ -232,7 +239,7 @@ class Worker:
         reports = self.reports[wave]
         reports.append(report)
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
-            self.channel.send(WorkerReport(self.reports.pop(wave)))
+            self.channel.send(WorkerReport(self.reports.pop(wave), self.index, time.process_time()))
 
     def _assign_spouts(self, message: Assign) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
@@ -260,6 +267,7 @@ class Worker:
                 bolt_tasks,
                 message.applied,
                 self.store,
+                self._load_weights(message.settings),
             )
 
     def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology
 from squall.spark.failures import TaskSetupError
+from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
     AckBatch,
     AckerInput,
@@ -87,6 +88,7 @@ class WorkerSpouts:
         bolt_tasks: int,
         applied: int,
         store: SnapshotStore | None = None,
+        weights: TaskWeights | None = None,
     ) -> None:
         self.topology = shipped.topology
         self.settings = settings
@@ -108,6 +110,7 @@ class WorkerSpouts:
             None,
             tasks=spout_tasks,
             make_spout=lambda _topology, component, task: new_component(shipped, component, task),
+            weights=weights,
         )
         self.readers = {
             component: sorted(

@@ -1,0 +1,137 @@
+"""Load-aware shuffling, as Storm 2's ``LoadAwareShuffleGrouping`` does it: a shuffle grouping sends fewer tuples to
+the tasks of a busier worker.
+
+A worker's load is the share of a core its Python process used over the last half second or more: every worker
+runs its tasks, spout tasks and acker tasks in one process, so a worker that also hosts a spout, or runs on a
+slower host, is busier than its peers for the same tuples. The driver turns the workers' loads into a weight per
+worker (``LoadBalancer``), a pure state machine fed by ``WorkerReport``; each ``WaveInput`` carries the weights;
+on the worker, ``TaskWeights`` holds them by task, and every shuffle picker of the worker reads them
+(``LoadAwareShuffle``). Until the loads differ, the weights are equal and the picker is the plain shuffle.
+
+``topology.disable.loadaware.messaging`` (Storm's key) turns it off. Under ``TestCluster`` it is off: the
+spouts run in the test's process and no worker is busier for hosting them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LOAD_WINDOW_SECS = 0.25  # a worker's load is measured over at least this long
+GAIN = 2.0  # how far one measurement moves a weight: toward equal loads, a tenth for loads 0.05 apart
+DEADBAND = 0.03  # loads this close to the mean move nothing
+BUSY = 0.5  # below this mean load nobody waits on anybody: the weights drift back to equal
+MIN_WEIGHT, MAX_WEIGHT = 0.25, 4.0  # a worker gets at least a quarter, at most four times, its even share
+RING = 100  # the picker's choices per target, as Storm's ring of choices
+
+
+@dataclass
+class LoadBalancer:
+    """The driver's view: each worker's load, and the weights that even them out."""
+
+    workers: int
+    loads: dict[int, float] = field(default_factory=dict)
+    _clock: dict[int, tuple[float, float]] = field(default_factory=dict)  # worker -> (cpu seconds, at)
+    _weights: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._weights = [1.0] * self.workers
+
+    @property
+    def weights(self) -> tuple[float, ...] | None:
+        """A weight per worker, or None while they are all equal."""
+        if all(w == 1.0 for w in self._weights):
+            return None
+        return tuple(self._weights)
+
+    def observe(self, worker: int, cpu_seconds: float, now: float) -> None:
+        """Worker ``worker``'s process had used ``cpu_seconds`` of CPU at ``now``."""
+        if not 0 <= worker < self.workers:
+            return
+        last = self._clock.get(worker)
+        if last is None or cpu_seconds < last[0]:  # first report, or a new process
+            self._clock[worker] = (cpu_seconds, now)
+            return
+        if now - last[1] < LOAD_WINDOW_SECS:
+            return
+        self.loads[worker] = min(1.0, (cpu_seconds - last[0]) / (now - last[1]))
+        self._clock[worker] = (cpu_seconds, now)
+        if len(self.loads) == self.workers:
+            self._rebalance()
+
+    def _rebalance(self) -> None:
+        mean = sum(self.loads.values()) / self.workers
+        weights = self._weights
+        for worker, load in self.loads.items():
+            if mean < BUSY:
+                weights[worker] += (1.0 - weights[worker]) / 2
+            elif abs(load - mean) > DEADBAND:
+                weights[worker] *= 1.0 + GAIN * (mean - load)
+        total = sum(weights) / self.workers
+        for worker in range(self.workers):
+            weight = min(MAX_WEIGHT, max(MIN_WEIGHT, weights[worker] / total))
+            weights[worker] = 1.0 if abs(weight - 1.0) < 1e-3 else weight
+        self.loads.clear()
+
+    def resized(self, workers: int) -> None:
+        """The run starts again on ``workers`` workers: loads and weights start over."""
+        self.workers, self.loads, self._clock = workers, {}, {}
+        self._weights = [1.0] * workers
+
+
+class TaskWeights:
+    """A worker's copy of the weights, by task; every shuffle picker of the worker reads it."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._by_task: dict[int, float] = {}
+
+    def update(self, weights: tuple[float, ...] | None, placement: dict[int, int]) -> None:
+        by_task = {} if weights is None else {task: weights[w] for task, w in placement.items() if w < len(weights)}
+        if by_task != self._by_task:
+            self._by_task = by_task
+            self.version += 1
+
+    def of(self, task: int) -> float:
+        return self._by_task.get(task, 1.0)
+
+    @property
+    def uniform(self) -> bool:
+        return not self._by_task
+
+
+class LoadAwareShuffle:
+    """A shuffle grouping's picker that deals targets in proportion to their weights: a ring of ``RING`` choices
+    per target, shuffled and gone through in turn, dealt again when the weights change. With equal weights it is
+    ``ShuffleGrouping``'s picker, the same tuples to the same tasks."""
+
+    def __init__(self, source_task: int, targets: Sequence[int], weights: TaskWeights) -> None:
+        self._rng = random.Random(source_task)
+        self._targets = list(targets)
+        self._weights = weights
+        self._version = -1
+        self._ring: list[int] = []
+        self._position = 0
+
+    def _deal(self) -> None:
+        self._version = self._weights.version
+        if self._weights.uniform:
+            self._ring = list(self._targets)
+        else:
+            shares = [self._weights.of(t) for t in self._targets]
+            total = sum(shares)
+            size = RING * len(self._targets)
+            counts = [max(1, round(size * s / total)) for s in shares]
+            self._ring = [t for t, n in zip(self._targets, counts, strict=True) for _ in range(n)]
+        self._position = len(self._ring)
+
+    def __call__(self, values: Any) -> int:
+        if self._version != self._weights.version:
+            self._deal()
+        if self._position >= len(self._ring):
+            self._rng.shuffle(self._ring)
+            self._position = 0
+        self._position += 1
+        return self._ring[self._position - 1]
