@@ -22,7 +22,7 @@ from typing import Any
 LOAD_WINDOW_SECS = 0.25  # a worker's load is measured over at least this long
 GAIN = 2.0  # how far one measurement moves a weight: toward equal loads, a tenth for loads 0.05 apart
 DEADBAND = 0.03  # loads this close to the mean move nothing
-BUSY = 0.5  # below this mean load nobody waits on anybody: the weights drift back to equal
+BUSY = 0.5  # while no worker is this busy nobody waits on anybody: the weights drift back to equal
 MIN_WEIGHT, MAX_WEIGHT = 0.25, 4.0  # a worker gets at least a quarter, at most four times, its even share
 RING = 100  # the picker's choices per target, as Storm's ring of choices
 
@@ -63,9 +63,10 @@ class LoadBalancer:
 
     def _rebalance(self) -> None:
         mean = sum(self.loads.values()) / self.workers
+        idle = max(self.loads.values()) < BUSY
         weights = self._weights
         for worker, load in self.loads.items():
-            if mean < BUSY:
+            if idle:
                 weights[worker] += (1.0 - weights[worker]) / 2
             elif abs(load - mean) > DEADBAND:
                 weights[worker] *= 1.0 + GAIN * (mean - load)

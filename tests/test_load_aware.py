@@ -1,0 +1,139 @@
+"""Load-aware shuffling (Storm 2's LoadAwareShuffleGrouping): the driver's weights from the workers' loads, the
+pickers that follow them, and a topology whose busy worker gets fewer shuffled tuples."""
+
+import time
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder
+from squall.model import Fields, ShuffleGrouping
+from squall.spark.load import LoadAwareShuffle, LoadBalancer, TaskWeights
+
+
+def feed(balancer: LoadBalancer, loads: dict[int, float], start: float, steps: int) -> float:
+    """``steps`` half-second windows in which each worker used ``loads[w]`` of a core."""
+    cpu = dict.fromkeys(loads, 0.0)
+    now = start
+    for worker in loads:
+        balancer.observe(worker, cpu[worker], now)
+    for _ in range(steps):
+        now += 0.5
+        for worker, load in loads.items():
+            cpu[worker] += load * 0.5
+            balancer.observe(worker, cpu[worker], now)
+    return now
+
+
+def test_weights_stay_equal_until_loads_differ():
+    balancer = LoadBalancer(3)
+    assert balancer.weights is None
+    feed(balancer, {0: 0.9, 1: 0.9, 2: 0.9}, 0.0, 5)
+    assert balancer.weights is None
+
+
+def test_a_busier_worker_gets_less_and_an_idle_cluster_evens_out():
+    balancer = LoadBalancer(2)
+    now = feed(balancer, {0: 1.0, 1: 0.6}, 0.0, 1)
+    assert balancer.weights == pytest.approx((0.6, 1.4))  # mean 0.8: each moves by twice its distance from it
+    now = feed(balancer, {0: 1.0, 1: 0.6}, now, 10)
+    low, high = balancer.weights
+    assert low == 0.25 and high > 1.75  # at least a quarter of an even share, whatever the loads
+    feed(balancer, {0: 0.2, 1: 0.1}, now, 20)  # nobody is busy: back to equal
+    assert balancer.weights is None
+
+
+def test_a_new_process_or_a_resize_starts_over():
+    balancer = LoadBalancer(2)
+    now = feed(balancer, {0: 1.0, 1: 0.5}, 0.0, 3)
+    weights = balancer.weights
+    balancer.observe(0, 0.0, now + 0.5)  # its CPU clock went back: a new Python process, measured afresh
+    assert balancer.weights == weights and 0 not in balancer.loads
+    balancer.resized(3)
+    assert balancer.weights is None and balancer.workers == 3
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=6), st.integers(1, 30))
+def test_weights_stay_bounded_and_average_one(loads, steps):
+    balancer = LoadBalancer(len(loads))
+    feed(balancer, dict(enumerate(loads)), 0.0, steps)
+    weights = balancer.weights or (1.0,) * len(loads)
+    assert all(0.25 <= w <= 4.0 for w in weights)
+    assert abs(sum(weights) / len(weights) - 1.0) < 0.2
+    busiest, idlest = max(range(len(loads)), key=loads.__getitem__), min(range(len(loads)), key=loads.__getitem__)
+    assert weights[busiest] <= weights[idlest]
+
+
+def test_equal_weights_pick_as_the_shuffle_grouping_does():
+    targets = [4, 5, 6]
+    plain = ShuffleGrouping().picker(9, targets, Fields("x"))
+    aware = LoadAwareShuffle(9, targets, TaskWeights())
+    assert [aware(()) for _ in range(300)] == [plain(()) for _ in range(300)]
+
+
+def test_weights_deal_targets_in_proportion_each_ring():
+    weights = TaskWeights()
+    weights.update((0.5, 1.5), {4: 0, 5: 1})
+    pick = LoadAwareShuffle(1, [4, 5], weights)
+    first_ring = Counter(pick(()) for _ in range(200))
+    assert first_ring == {4: 50, 5: 150}
+    weights.update(None, {4: 0, 5: 1})  # equal again: the ring is dealt again, evenly
+    assert Counter(pick(()) for _ in range(200)) == {4: 100, 5: 100}
+
+
+def test_worker_weights_follow_the_placement():
+    weights = TaskWeights()
+    weights.update((0.5, 2.0), {10: 0, 11: 1, 12: 0})
+    assert (weights.of(10), weights.of(11), weights.of(12), weights.of(99)) == (0.5, 2.0, 0.5, 1.0)
+    version = weights.version
+    weights.update((0.5, 2.0), {10: 0, 11: 1, 12: 0})
+    assert weights.version == version  # nothing changed: the pickers keep their rings
+
+
+# -- a topology: the spout's worker is kept busy, so the other worker's task gets more of the shuffled tuples ---
+class BusySpout(Spout):
+    """Spends a millisecond of CPU per tuple: its worker is the busier one."""
+
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        if self.next >= 4000:
+            return
+        spin_until = time.perf_counter() + 0.001
+        while time.perf_counter() < spin_until:
+            pass
+        self.collector.emit([self.next], msg_id=self.next)
+        self.next += 1
+
+
+class Work(BasicBolt):
+    outputs = ()
+
+    def execute(self, tup, collector):
+        pass
+
+
+def run_busy(conf: dict) -> dict[int, int]:
+    b = TopologyBuilder()
+    b.set_spout("numbers", BusySpout())
+    b.set_bolt("work", Work(), 2).shuffle_grouping("numbers")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("busy", {"squall.workers": 2, **conf}, b.build())
+        deadline = time.monotonic() + 120
+        while run.stats.of("numbers").acked < 4000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
+        return {task: run.stats.of_task("work", task).executed for task in run.topology.task_ids("work")}
+
+
+def test_the_busy_workers_task_gets_fewer_shuffled_tuples(spark):
+    spout_side, other = run_busy({}).values()  # work task 0 shares worker 0 with the spout task
+    assert spout_side + other == 4000
+    assert other > spout_side
+    evenly = run_busy({"topology.disable.loadaware.messaging": True})
+    assert list(evenly.values()) == [2000, 2000]
