@@ -76,6 +76,8 @@ def test_word_count_on_a_standalone_cluster_survives_a_worker_kill_and_uses_a_ne
     args += ["--master", standalone.url, "--idle-secs", "5", "--spark-conf", "spark.task.maxFailures=8"]
     args += ["--conf", f"example.dir={data}", "--conf", f"example.sentences={SENTENCES}"]
     args += ["--conf", "topology.max.spout.pending=1000"]
+    # The lost task waits for the worker that joins, however slowly its JVM starts (the shrink has its own test).
+    args += ["--conf", "squall.worker.replace.timeout.secs=120"]
     started = time.monotonic()
     with open(log, "w") as out:
         driver = subprocess.Popen(args, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
