@@ -6,6 +6,8 @@ from setuptools import setup
 
 COMPILED = [
     "squall/model/tuple.py",  # a Tuple per row per bolt
+    "squall/model/groupings.py",  # a fields or shuffle grouping's pick, once per tuple
+    "squall/model/hashing.py",  # a fields grouping's hash of a key
     "squall/spark/collectors.py",  # emit and ack, once per tuple
     "squall/spark/execution.py",  # the loop that runs a batch's rows through a bolt
 ]

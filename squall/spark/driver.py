@@ -53,6 +53,7 @@ from squall.time import simulated_time
 
 log = logging.getLogger("squall")
 
+SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time, spaced out if need be
 ACKER = "__acker"  # Storm's name for the acker component
 
 
@@ -137,6 +138,7 @@ class TopologyRun:
         )
         self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
         self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave
+        self._snapshot_spacing = self.snapshot_interval  # longer when writing them costs more than SNAPSHOT_SHARE
         self.scheduler = WaveScheduler(
             sc,
             topology,
@@ -293,7 +295,7 @@ class TopologyRun:
         simulated = self.clock.now() if self.clock.simulated else None
         snapshot = now >= self._next_snapshot_at and self.scheduler.snapshot_due()
         if snapshot:
-            self._next_snapshot_at = now + self.snapshot_interval
+            self._next_snapshot_at = now + self._snapshot_spacing
         self.wave = self.scheduler.send(
             inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
         )
@@ -343,6 +345,7 @@ class TopologyRun:
                 self.sizer.sent(wave.wave, wave.spout_emits)
                 self._apply_spouts(wave)
             self.sizer.completed(wave.wave, wave.seconds)
+            self._space_snapshots(wave)
             for (component, task), status in wave.status.items():
                 self.stats.of(component).add(status)
                 self.stats.of_task(component, task).add(status)
@@ -378,6 +381,17 @@ class TopologyRun:
                 elif released is not None and self.trees is not None and len(released):
                     self.spout_host.settle(self.trees.merge_acks(released))
         return len(waves)
+
+    def _space_snapshots(self, wave: CompletedWave) -> None:
+        """After a snapshot wave: the next one comes after the interval, or later if the busiest worker's snapshot
+        writing would otherwise take more than ``SNAPSHOT_SHARE`` of its time."""
+        per_worker: dict[int, float] = {}
+        for (_, task), status in wave.status.items():
+            if status.snapshot_seconds:
+                worker = self.scheduler.placement.get(task, 0)
+                per_worker[worker] = per_worker.get(worker, 0.0) + status.snapshot_seconds
+        if per_worker:
+            self._snapshot_spacing = max(self.snapshot_interval, max(per_worker.values()) / SNAPSHOT_SHARE)
 
     def _apply_spouts(self, wave: CompletedWave) -> None:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""

@@ -303,6 +303,7 @@ class TaskStatus:
     state_changes: int = 0  # keys a stateful bolt's task put or deleted, saved after the wave
     state_seconds: float = 0.0  # the time it took to save them
     busy_seconds: float = 0.0  # executing its batches' tuples
+    snapshot_seconds: float = 0.0  # writing its state as an interval snapshot (``snapshots.py``)
     errors: list[str] = field(default_factory=list)
     unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
 

@@ -376,7 +376,9 @@ class Worker:
             task.dirty, task.version = True, None
         if wave not in self.snapshot_waves or not task.dirty:
             return delta, None
+        started = time.perf_counter()
         path = self.store.write_task(wave, task.task, task.whole_snapshot(wave))
+        task.collector.status.snapshot_seconds = time.perf_counter() - started
         task.collector.status.unpicklable = sorted(task.unpicklable)
         task.dirty = False
         return delta, Snapshot(wave, b"", path=path)
