@@ -15,6 +15,8 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 
 MESSAGES = 3000
@@ -136,3 +138,11 @@ def test_a_python_worker_killed_mid_run_leaves_no_count_below_exact_and_every_me
         f"\nworker killed at message {CRASH_AT}: restarts={run.stats.restarts} words over exact="
         f"{sum(counted[w] - n for w, n in exact.items())}"
     )
+
+
+def test_snapshots_are_spaced_out_when_writing_them_is_costly():
+    from squall.spark.snapshots import snapshot_spacing
+
+    assert snapshot_spacing(1.0, {}) == 1.0
+    assert snapshot_spacing(1.0, {0: 0.004, 1: 0.009}) == 1.0  # under 1% of a second: the interval
+    assert snapshot_spacing(1.0, {0: 0.05, 1: 0.02}) == pytest.approx(5.0)  # the busiest worker's 50 ms: 5 s apart

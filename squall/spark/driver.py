@@ -44,6 +44,7 @@ from squall.spark.protocol import RunSettings, SpoutStatus
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
+from squall.spark.snapshots import snapshot_spacing
 from squall.spark.spouts import DriverOutbox, SpoutHost
 from squall.spark.stateful import StateCheckpoints
 from squall.spark.stats import RunStats
@@ -53,7 +54,6 @@ from squall.time import simulated_time
 
 log = logging.getLogger("squall")
 
-SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time, spaced out if need be
 ACKER = "__acker"  # Storm's name for the acker component
 
 
@@ -138,7 +138,7 @@ class TopologyRun:
         )
         self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
         self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave
-        self._snapshot_spacing = self.snapshot_interval  # longer when writing them costs more than SNAPSHOT_SHARE
+        self._snapshot_spacing = self.snapshot_interval  # longer when writing them is costly (snapshot_spacing)
         self.scheduler = WaveScheduler(
             sc,
             topology,
@@ -383,15 +383,14 @@ class TopologyRun:
         return len(waves)
 
     def _space_snapshots(self, wave: CompletedWave) -> None:
-        """After a snapshot wave: the next one comes after the interval, or later if the busiest worker's snapshot
-        writing would otherwise take more than ``SNAPSHOT_SHARE`` of its time."""
+        """After a snapshot wave: how long until the next (``snapshots.snapshot_spacing``)."""
         per_worker: dict[int, float] = {}
         for (_, task), status in wave.status.items():
             if status.snapshot_seconds:
                 worker = self.scheduler.placement.get(task, 0)
                 per_worker[worker] = per_worker.get(worker, 0.0) + status.snapshot_seconds
         if per_worker:
-            self._snapshot_spacing = max(self.snapshot_interval, max(per_worker.values()) / SNAPSHOT_SHARE)
+            self._snapshot_spacing = snapshot_spacing(self.snapshot_interval, per_worker)
 
     def _apply_spouts(self, wave: CompletedWave) -> None:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""

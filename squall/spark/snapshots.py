@@ -2,7 +2,8 @@
 
 When spouts run on the workers (``LocalCluster``, ``squall run``), the driver holds no bolt state:
 
-* every ``squall.snapshot.interval.ms`` the driver marks a wave as a *snapshot wave*; at its end every plain
+* every ``squall.snapshot.interval.ms`` (or less often, when writing them would take more than ``SNAPSHOT_SHARE``
+  of a worker's time: ``snapshot_spacing``) the driver marks a wave as a *snapshot wave*; at its end every plain
   bolt task that executed anything since its last snapshot writes its attributes, pickled, to
   ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
 * every spout task writes what it emitted in each wave to ``<dir>/<run>/spout-log/task-<task>/wave-<wave>``,
@@ -34,6 +35,15 @@ from pyspark import cloudpickle
 from squall.spark.protocol import Batch
 
 COMPLETE = "COMPLETE"
+
+
+SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
+
+
+def snapshot_spacing(interval: float, seconds_per_worker: dict[int, float]) -> float:
+    """Seconds until the next snapshot wave: the interval, or longer, so that the busiest worker spends at most
+    ``SNAPSHOT_SHARE`` of its time writing snapshots as large as the last (``seconds_per_worker``)."""
+    return max(interval, max(seconds_per_worker.values(), default=0.0) / SNAPSHOT_SHARE)
 
 
 class SnapshotStore:
