@@ -53,14 +53,16 @@ def stable_bytes(values: Sequence[Any]) -> bytes:
 
 
 _PREFIXES = [zlib.crc32(b"s%d:" % n) for n in range(256)]  # the CRC of a string's length prefix, by length
+_crc32 = zlib.crc32
 
 
 def stable_str_hash(value: str) -> int:
     """``stable_hash([value])`` for a string: the CRC of its prefix is looked up, not formatted."""
     data = value.encode("utf-8", "surrogatepass")
-    if len(data) < 256:
-        return zlib.crc32(data, _PREFIXES[len(data)])
-    return zlib.crc32(b"s%d:%b" % (len(data), data))
+    size = len(data)
+    if size < 256:
+        return _crc32(data, _PREFIXES[size])
+    return _crc32(b"s%d:%b" % (size, data))
 
 
 def stable_hash(values: Sequence[Any]) -> int:

@@ -105,6 +105,7 @@ class OutputCollector:
     reset_roots = cython.declare(list, visibility="public")
     _status = cython.declare(object)
     _emitted = cython.declare(cython.Py_ssize_t)  # emits not yet counted in ``_status``
+    _acked = cython.declare(cython.Py_ssize_t)  # acks not yet counted in ``_status``
     captured = cython.declare(list, visibility="public")
 
     def __init__(
@@ -142,19 +143,20 @@ class OutputCollector:
         self.failed_roots: list[int] = []
         self.reset_roots: list[int] = []
         self._status = TaskStatus()
-        self._emitted = 0
+        self._emitted = self._acked = 0
         self.captured: list[tuple] = []  # default-stream emits, when testing asks for them
 
     @property
     def status(self) -> TaskStatus:
         """The task's counters this wave."""
         self._status.emitted += self._emitted
-        self._emitted = 0
+        self._status.acked += self._acked
+        self._emitted = self._acked = 0
         return self._status
 
     @status.setter
     def status(self, status: TaskStatus) -> None:
-        self._status, self._emitted = status, 0
+        self._status, self._emitted, self._acked = status, 0, 0
 
     def set_local_tasks(self, local_tasks: frozenset[int], weights: TaskWeights | None = None) -> None:
         """The tasks that share this task's worker, after it moved, and that worker's load weights."""
@@ -274,7 +276,7 @@ class OutputCollector:
         self._send([(bolt, task)], stream, values, anchors)
 
     def ack(self, tup: Tuple) -> None:
-        self.status.acked += 1
+        self._acked += 1
         if self._acking:
             if tup.root:
                 self._acked_roots.append(tup.root)
@@ -284,7 +286,7 @@ class OutputCollector:
 
     def ack_batch(self, batch: Batch, failed: list[int]) -> None:
         """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""
-        self.status.acked += len(batch.values) - len(failed)
+        self._acked += len(batch.values) - len(failed)
         if self._acking:
             roots = np.asarray(batch.roots, dtype=np.uint64)
             if failed:
