@@ -101,3 +101,12 @@ def test_shuffle_is_balanced_and_reproducible(source, n):
         assert sorted(counts.get(t, 0) for t in TARGETS) == sorted([full + 1] * rest + [full] * (len(TARGETS) - rest))
         again = grouping.router(source, TARGETS, WORD)
         assert [again(("w", i))[0] for i in range(n)] == picks
+
+
+def test_a_strings_quick_hash_is_the_crc_of_its_canonical_encoding():
+    import zlib
+
+    from squall.model.hashing import stable_bytes
+
+    for word in ["cat", "", "ünïcode", "\ud800lone surrogate", "x" * 255, "y" * 256, "z" * 1000]:
+        assert stable_hash([word]) == zlib.crc32(stable_bytes([word])), word

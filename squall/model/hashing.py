@@ -58,7 +58,10 @@ _crc32 = zlib.crc32
 
 def stable_str_hash(value: str) -> int:
     """``stable_hash([value])`` for a string: the CRC of its prefix is looked up, not formatted."""
-    data = value.encode("utf-8", "surrogatepass")
+    try:
+        data = value.encode()  # strict UTF-8: the quickest call there is
+    except UnicodeEncodeError:  # a lone surrogate
+        data = value.encode("utf-8", "surrogatepass")
     size = len(data)
     if size < 256:
         return _crc32(data, _PREFIXES[size])
