@@ -4,7 +4,8 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
-HOT_PATH := squall/model/tuple.py squall/model/groupings.py squall/model/hashing.py squall/spark/collectors.py \
+HOT_PATH := squall/model/tuple.py squall/model/groupings.py squall/model/hashing.py squall/model/_keyhash.pyx \
+	squall/spark/collectors.py \
 	squall/spark/execution.py
 
 .PHONY: example demo test lint bench setup

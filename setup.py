@@ -2,7 +2,7 @@
 runs as plain Python. ``make setup`` builds them in place, and ``make`` rebuilds them when their sources change."""
 
 from Cython.Build import cythonize
-from setuptools import setup
+from setuptools import Extension, setup
 
 COMPILED = [
     "squall/model/tuple.py",  # a Tuple per row per bolt
@@ -14,7 +14,11 @@ COMPILED = [
 
 setup(
     ext_modules=cythonize(
-        COMPILED,
+        [
+            *COMPILED,
+            # a fields grouping's key hash over a string's own UTF-8 bytes, with zlib's crc32
+            Extension("squall.model._keyhash", ["squall/model/_keyhash.pyx"], libraries=["z"]),
+        ],
         language_level=3,
         quiet=True,
         # Annotations stay hints for readers: a task id may be a numpy integer, a flag any truthy value.

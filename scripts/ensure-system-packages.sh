@@ -3,7 +3,7 @@
 # a Java runtime (17+) for Spark, and the servers the tests start
 # (redis-server, rabbitmq-server, postgresql, zookeeper), Chromium with its
 # driver for the web page's browser test, and a C compiler with Python's headers
-# for the per-tuple modules Cython compiles (setup.py).
+# and zlib's, for the per-tuple modules Cython compiles (setup.py).
 # Run as root (or with sudo available).
 set -euo pipefail
 
@@ -18,6 +18,7 @@ command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] |
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)  # the key hash links zlib
 python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the web page's browser test drives it headless

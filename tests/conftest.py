@@ -17,7 +17,8 @@ def pytest_sessionstart(session):
     stale = [
         str(so.relative_to(root.parent))
         for so in root.rglob("*.so")
-        if (source := so.with_name(so.name.split(".", 1)[0] + ".py")).exists()
+        for suffix in (".py", ".pyx")
+        if (source := so.with_name(so.name.split(".", 1)[0] + suffix)).exists()
         and source.stat().st_mtime > so.stat().st_mtime
     ]
     if stale:

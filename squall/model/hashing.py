@@ -55,9 +55,18 @@ def stable_bytes(values: Sequence[Any]) -> bytes:
 _PREFIXES = [zlib.crc32(b"s%d:" % n) for n in range(256)]  # the CRC of a string's length prefix, by length
 _crc32 = zlib.crc32
 
+try:  # the same CRC, over the string's own UTF-8 bytes (setup.py builds it where a compiler is)
+    from squall.model._keyhash import str_crc as _str_crc
+except ImportError:
+    _str_crc = None
+
 
 def stable_str_hash(value: str) -> int:
     """``stable_hash([value])`` for a string: the CRC of its prefix is looked up, not formatted."""
+    if _str_crc is not None:
+        crc = _str_crc(value, _PREFIXES)
+        if crc is not None:
+            return crc
     try:
         data = value.encode()  # strict UTF-8: the quickest call there is
     except UnicodeEncodeError:  # a lone surrogate
