@@ -107,31 +107,25 @@ class FieldsGrouping(Grouping):
             return pick
         (position,) = positions
         known: dict[Any, int] = {}  # str or (type, value) -> target: 1, 1.0 and True hash apart
-        misses_when_full = 0  # once as many keys missed a full memory as it holds, strings are only hashed
+        misses_when_full = 0  # once as many keys missed a full memory as it holds, keys are only hashed
 
         def pick_one(values: Sequence[Any]) -> int:
             nonlocal misses_when_full
             value = values[position]
-            if type(value) is str:  # no other type equals a str
-                if misses_when_full >= _KNOWN_KEYS:  # a vocabulary larger than the memory
-                    return targets[stable_str_hash(value) % n]
-                target = known.get(value)
-                if target is None:
-                    target = targets[stable_str_hash(value) % n]
-                    if len(known) < _KNOWN_KEYS:
-                        known[value] = target
-                    else:
-                        misses_when_full += 1
-                return target
-            key = (type(value), value)
+            is_str = type(value) is str  # no other type equals a str
+            if misses_when_full >= _KNOWN_KEYS:  # more distinct keys than the memory holds
+                return targets[(stable_str_hash(value) if is_str else stable_hash([value])) % n]
+            key = value if is_str else (type(value), value)
             try:
                 target = known.get(key)
             except TypeError:  # unhashable: hash it every time
                 return targets[stable_hash([value]) % n]
             if target is None:
-                target = targets[stable_hash([value]) % n]
+                target = targets[(stable_str_hash(value) if is_str else stable_hash([value])) % n]
                 if len(known) < _KNOWN_KEYS:
                     known[key] = target
+                else:
+                    misses_when_full += 1
             return target
 
         return pick_one

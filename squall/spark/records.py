@@ -143,6 +143,7 @@ class Routes:
         self._weights = weights  # the workers' load weights: shuffles are load-aware (``load.py``)
         self._by_stream: dict[str, list[tuple[str, Any]]] = {}
         self._pickers: dict[str, Picker | None] = {}
+        self._sole: dict[str, int | None] = {}  # stream -> its picker's only candidate task, if it has one
 
     def _routers(self, stream: str) -> list[tuple[str, Any]]:
         topology, component = self._topology, self._component
@@ -170,7 +171,7 @@ class Routes:
         except KeyError:
             pass
         topology, component = self._topology, self._component
-        pick = None
+        pick = sole = None
         subscribers = topology.subscribers(component, stream)
         if len(subscribers) == 1 and not topology.is_direct_stream(component, stream):
             ((bolt, sub),) = subscribers
@@ -182,17 +183,15 @@ class Routes:
                     pick = LoadAwareShuffle(self._task, candidates, self._weights)
                 else:
                     pick = grouping.picker(self._task, candidates, fields)
-        self._pickers[stream] = pick
+                if pick is not None and len(candidates) == 1:
+                    (sole,) = candidates
+        self._pickers[stream], self._sole[stream] = pick, sole
         return pick
 
     def constant_target(self, stream: str) -> int | None:
         """The one task every plain emit on ``stream`` goes to, when its picker has a single candidate."""
-        subscribers = self._topology.subscribers(self._component, stream)
-        if self.picker(stream) is None or len(subscribers) != 1:
-            return None
-        ((bolt, sub),) = subscribers
-        candidates = self._candidates(bolt, sub.grouping)
-        return candidates[0] if len(candidates) == 1 else None
+        self.picker(stream)
+        return self._sole[stream]
 
     def targets(self, stream: str, values: Sequence) -> list[tuple[str, int]]:
         """``[(bolt, target_task), ...]`` for a plain emit of ``values`` on ``stream``."""

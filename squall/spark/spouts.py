@@ -165,11 +165,7 @@ class SpoutHost:
         if msg_id is not None and self.trees is not None and targets:
             root = self.trees.start(task, msg_id, self._now())
             for target in targets:  # each copy's edge is drawn when the wave is taken
-                batch = batch_for(target, component, task)
-                batch.streams.append(stream)  # Batch.add, inline: once per spout tuple
-                batch.values.append(values)
-                batch.roots.append(root)
-                batch.edges.append(0)
+                batch_for(target, component, task).add(stream, values, root)
         else:
             if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
