@@ -38,6 +38,13 @@ from pathlib import Path
 
 from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.spark.context import spark_context
+from squall.transactional import (
+    BatchBolt,
+    Committer,
+    MemoryTransactionalSpout,
+    SqliteKeyedState,
+    TransactionalTopologyBuilder,
+)
 
 VOCABULARY = [f"w{i:04d}" for i in range(10_000)]
 WORDS_PER_SENTENCE = 8
@@ -272,6 +279,77 @@ def pyspark_carrying(sc, sentences: list[str]) -> float:
     return seconds
 
 
+class SplitBatch(BatchBolt):
+    """Splits a batch's sentences; each tuple is ``(tx, sentence)``."""
+
+    outputs = ("word",)
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.emit = collector.emit
+
+    def execute(self, tup):
+        emit = self.emit
+        for word in tup[1].split(" "):
+            emit([word])
+
+
+class CountCommitter(BatchBolt, Committer):
+    """Adds a batch's counts to a SQLite table, guarded by txid (``TransactionalValue`` per word)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.txid, self.counts = batch_id.txid, Counter()
+
+    def execute(self, tup):
+        self.counts[tup[0]] += 1
+
+    def finish_batch(self):
+        state = SqliteKeyedState(self.path, "counts")
+        try:
+            state.update(self.txid, self.counts)
+        finally:
+            state.close()
+
+
+def exactly_once(sentences: list[str], per_partition: int) -> float:
+    """Seconds from submitting to the last sentence committed, for the exactly-once word count: a
+    ``MemoryTransactionalSpout`` of 2 partitions, ``per_partition`` sentences each a batch, into split (2) and a
+    committer count (2, fields grouping), max pending 4. The counts in SQLite are checked against the exact ones."""
+    work = tempfile.mkdtemp(prefix="squall-exactly-once-")
+    try:
+        half = len(sentences) // 2
+        partitions = {0: [[s] for s in sentences[:half]], 1: [[s] for s in sentences[half:]]}
+        spout = MemoryTransactionalSpout(partitions, ["sentence"], per_partition)
+        builder = TransactionalTopologyBuilder("exactly-once-words", "spout", spout, 2)
+        builder.set_bolt("split", SplitBatch(), 2).shuffle_grouping("spout")
+        builder.set_bolt("count", CountCommitter(os.path.join(work, "counts.sqlite")), 2).fields_grouping(
+            "split", ["word"]
+        )
+        conf = {
+            "topology.max.spout.pending": 4,
+            "squall.transactional.store": os.path.join(work, "coordinator.sqlite"),
+        }
+        with LocalCluster() as cluster:
+            started = time.perf_counter()
+            run = cluster.submit_topology("exactly-once", conf, builder.build())
+            while sum(tuples for _, tuples, _ in list(run.commits)) < len(sentences):
+                if cluster.failures:
+                    raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
+                time.sleep(0.005)
+            seconds = time.perf_counter() - started
+        counted = {
+            word: value.value for word, value in SqliteKeyedState(work + "/counts.sqlite", "counts").items().items()
+        }
+        exact = Counter(word for sentence in sentences for word in sentence.split(" "))
+        if counted != exact:
+            raise RuntimeError("the exactly-once word count is not exact")
+        return seconds
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def vocabulary(sc, count: int, words: int) -> None:
     """State held: the count bolt's dict with a 1,000,000-word vocabulary against a 1,000-word one; and, for
     scale, what the same two vocabularies do to plain PySpark carrying every word into a dict per partition."""
@@ -287,13 +365,24 @@ def vocabulary(sc, count: int, words: int) -> None:
     print(f"pyspark_carrying_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
 
 
+def exactly_once_figures(sentences: list[str], words: int, per_partition: int) -> None:
+    """The exactly-once word count against the acked one, interleaved, three runs each, each at its best."""
+    runs = [(squall_throughput(sentences, {})[0], exactly_once(sentences, per_partition)) for _ in range(3)]
+    acked, exact = min(r[0] for r in runs), min(r[1] for r in runs)
+    print(f"exactly_once_sentences_per_partition_per_batch={per_partition}")
+    print(f"exactly_once_acked_words_per_second={words / acked:.0f}")
+    print(f"exactly_once_words_per_second={words / exact:.0f}")
+    print(f"exactly_once_vs_acked_throughput={acked / exact:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
-    parser.add_argument("--only", choices=["vocabulary"], help="run only this part (to profile it)")
+    parser.add_argument("--only", choices=["vocabulary", "exactly-once"], help="run only this part (to profile it)")
+    parser.add_argument("--per-partition", type=int, default=25_000, help="exactly-once: sentences a partition a batch")
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
     sentences = make_sentences(args.words)
@@ -304,6 +393,10 @@ def main() -> None:
     squall_throughput(sentences, {})  # and squall's code in them, and the JVM: a whole run, not counted
     if args.only == "vocabulary":
         vocabulary(sc, args.words, words)
+        sc.stop()
+        return
+    if args.only == "exactly-once":
+        exactly_once_figures(sentences, words, args.per_partition)
         sc.stop()
         return
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))

@@ -128,7 +128,8 @@ class LocalCluster:
         if isinstance(topology, TransactionalTopology):
             from squall.transactional.runtime import TransactionalRun
 
-            run = TransactionalRun(name, topology, self._run_conf(conf, topology.topology.conf), self.sc, self.clock)
+            run_conf = self._run_conf(conf, topology.topology.conf)
+            run = TransactionalRun(name, topology, run_conf, self.sc, self.clock, not self.spouts_in_process)
         elif isinstance(topology, Topology):
             run = TopologyRun(
                 name,
@@ -208,8 +209,7 @@ class LocalCluster:
             if stop is not None:  # the run's thread fails the pending trees back and closes the spouts
                 self._fail_back[name] = fail_back
                 stop.set()
-                if isinstance(run, TopologyRun):
-                    run.interrupt()  # a step waiting for a worker that will not come returns now
+                run.interrupt()  # a step waiting for a worker that will not come returns now
                 thread.join(KILL_JOIN_SECS)
                 if thread.is_alive():
                     log.warning("topology %s: its thread did not stop within %ss; closing it", name, KILL_JOIN_SECS)

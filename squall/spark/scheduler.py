@@ -23,6 +23,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -198,6 +199,9 @@ class WaveScheduler:
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
         self.dropped_checkpoints: list[int] = []  # checkpoint waves dropped by a restart: they will not complete
+        # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
+        self.on_message: Callable[[Any], None] | None = None
+        self.on_generation: Callable[[int], None] | None = None
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
         self.hub = Hub(hub_host(sc)) if workers else None
         if workers:
@@ -368,6 +372,34 @@ class WaveScheduler:
             if self.failure is not None:
                 raise self.failure
 
+    def serve(self, timeout: float) -> None:
+        """Handle what the workers said, waiting up to ``timeout`` seconds for the first message: for a run that
+        sends no waves (a transactional topology's batches)."""
+        if self.hub is None:
+            return
+        self._check_workers()
+        wait: float | None = timeout
+        while not self.interrupted.is_set():
+            try:
+                event = self.hub.events.get(timeout=wait) if wait else self.hub.events.get_nowait()
+            except Exception:  # queue.Empty
+                return
+            wait = None
+            self._handle(event, [])
+            if self.failure is not None:
+                raise self.failure
+
+    def send_to(self, workers: list[int] | None, message: Any) -> None:
+        """Send ``message`` to ``workers`` (None: every worker)."""
+        if self.hub is None or not self.ready:
+            return
+        targets = self._connections if workers is None else {w: self._connections.get(w) for w in workers}
+        self.hub.send([(connection, message) for connection in targets.values() if connection is not None])
+
+    def progressed(self) -> None:
+        """Work completed: the worker restarts counted toward giving up start over."""
+        self.failures_in_a_row = 0
+
     def _handle(self, event: Any, done: list[CompletedWave]) -> None:
         if isinstance(event, Received):
             message = event.message
@@ -388,6 +420,8 @@ class WaveScheduler:
             elif isinstance(message, WorkerFailed):
                 self._fatal = fatal_message(RuntimeError(message.message))
                 log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
+            elif self.on_message is not None:
+                self.on_message(message)
         elif isinstance(event, Disconnected):
             if event.worker is not None and self._connections.get(event.worker) == event.connection:
                 del self._connections[event.worker]
@@ -525,6 +559,8 @@ class WaveScheduler:
         self.hub.send(messages)
         self.ready = True
         self._lost_at = None
+        if self.on_generation is not None:
+            self.on_generation(self.generation)
         if self.spouts_on_workers:
             # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
             # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.

@@ -87,10 +87,14 @@ def pickle_component(component: str, obj: Any) -> bytes:
         ) from exc
 
 
-def ship_topology(sc: SparkContext, topology: Topology, conf: dict, components: list[str]) -> Any:
-    """Broadcast ``topology`` with the objects of ``components`` (spouts stay on the driver)."""
+def ship_topology(
+    sc: SparkContext, topology: Topology, conf: dict, components: list[str], objects: dict[str, Any] | None = None
+) -> Any:
+    """Broadcast ``topology`` with the objects of ``components`` (spouts stay on the driver unless listed);
+    ``objects`` ships another object in place of a component's own (a transactional spout for its stand-in)."""
     ship_user_modules()
-    blobs = {cid: pickle_component(cid, topology.components[cid].obj) for cid in components}
+    objects = objects or {}
+    blobs = {cid: pickle_component(cid, objects.get(cid, topology.components[cid].obj)) for cid in components}
     stripped = topology.with_objects(dict.fromkeys(topology.components))
     return sc.broadcast(pack(ShippedTopology(stripped, conf, blobs)))
 

@@ -32,6 +32,7 @@ from typing import Any
 from pyspark import TaskContext, cloudpickle
 
 from squall.model.state import StateDelta, dump_delta
+from squall.spark.batches import BatchTasks
 from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
@@ -110,6 +111,7 @@ class Worker:
         self._state_spec: Any = None
         self.weights = TaskWeights()  # the workers' load weights, read by every shuffle here when load-aware
         self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
+        self.batches: BatchTasks | None = None  # a transactional topology's tasks here (``batches.py``)
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -129,6 +131,8 @@ class Worker:
                 self._assign(message)
             elif not self._current(message):
                 continue
+            elif self.batches is not None:
+                self.batches.handle(message)
             elif isinstance(message, Batch):
                 self._deliver(message)
             elif isinstance(message, AckerInput):
@@ -192,6 +196,20 @@ class Worker:
         if settings.state_store != self._state_spec:
             self._state_spec = settings.state_store
             self.state_provider = settings.state_store.open() if settings.state_store is not None else None
+        if settings.transactional:
+            self.batches = BatchTasks(
+                self.shipped,
+                settings,
+                self.generation,
+                self.index,
+                message.tasks,
+                message.spout_tasks,
+                self.placement,
+                self.links.send,
+                self.channel.send,
+            )
+            self._release_ahead()
+            return
         mine = frozenset(message.tasks)
         if settings.spouts_on_workers:
             self._assign_spouts(message)
@@ -212,6 +230,9 @@ class Worker:
                 {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
             )
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+        self._release_ahead()
+
+    def _release_ahead(self) -> None:
         ahead, self.ahead = self.ahead, []
         for early in ahead:  # what peers sent this generation before its Assign came: in the order it came
             if early.generation == self.generation:
@@ -413,6 +434,9 @@ class Worker:
     def close(self) -> None:
         """Keep the tasks that stand between waves for a later start in this process; a task cut off
         mid-wave holds part of a wave that will be replayed, so it is dropped."""
+        if self.batches is not None:
+            self.batches.close()
+            self.batches = None
         for hosted in self.tasks.values():
             if not hosted.started:
                 keep_live(hosted.task)

@@ -23,6 +23,15 @@ class _SpoutStandIn:
         pass
 
 
+def commit_phase(topology: Topology, committers: frozenset[str]) -> list[str]:
+    """The committers and every bolt downstream of one, in topological order: what finishes in the commit phase."""
+    later: set[str] = set(committers)
+    for cid in topology.topological_order():
+        if any(sub.source in later for sub in topology.components[cid].inputs):
+            later.add(cid)
+    return [c for c in topology.topological_order() if c in later]
+
+
 @dataclass(frozen=True)
 class TransactionalTopology:
     id: str
@@ -35,11 +44,7 @@ class TransactionalTopology:
     @property
     def commit_phase_bolts(self) -> list[str]:
         """Committers and everything downstream of one, in topological order."""
-        later: set[str] = set(self.committers)
-        for cid in self.topology.topological_order():
-            if any(sub.source in later for sub in self.topology.components[cid].inputs):
-                later.add(cid)
-        return [c for c in self.topology.topological_order() if c in later]
+        return commit_phase(self.topology, self.committers)
 
     @property
     def processing_phase_bolts(self) -> list[str]:

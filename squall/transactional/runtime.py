@@ -1,64 +1,58 @@
-"""Transactional topologies on Spark.
+"""Transactional topologies on Spark: batches through the topology's long-lived workers.
 
-Each try of a batch is one Spark job per phase, each job a single stage with
-no shuffle:
+The coordinator stays on the driver, as Storm's single coordinator spout: it decides txids and their order. The
+batches themselves run on the same worker job, workers and links as an at-least-once topology's waves
+(``squall/spark/scheduler.py``); no Spark job is launched per batch or per phase. Each try of a batch is:
 
-1. **Emit** (in txid order): the spout's emitters run in Spark tasks, partition
-   ``p`` on emitter task ``p mod parallelism``. The job returns the emitted
-   tuples, grouped per target task, and the partitions' metadata, which the
-   driver stores durably before anything else happens to the batch.
-2. **Process** (up to ``topology.max.spout.pending`` batches at once, from a
-   thread pool): every bolt that is neither a committer nor downstream of one.
-   Each bolt task is one Spark task, handed exactly the tuples sent to it: a
-   fresh ``BoltTask`` prepared for the batch (``prepare(..., batch_id)``), the
-   tuples run through it by ``execute_batch`` as a wave's task runs them, and
-   ``finish_batch``. Its emits come back with its report. A bolt that
-   reads another bolt of the same phase runs in a later job.
-3. **Commit** (strictly in txid order): the committers and the bolts downstream
-   of them, the same way.
+1. ``BeginBatch`` to every worker. The emitter tasks (Storm's emitter bolt, of the spout's parallelism; partition
+   ``p`` on emitter task ``p mod parallelism``) emit their slices, on the workers under ``LocalCluster`` and
+   ``squall run`` or in the driver's process under ``TestCluster``, and each bolt task gets a fresh bolt prepared
+   for the attempt (``squall/spark/batches.py``);
+2. processing, up to ``topology.max.spout.pending`` batches at once, each on a thread of its own on every
+   worker: a bolt runs ``finish_batch`` once it has every tuple of the batch from every upstream task. When every
+   worker has said ``PROCESSED`` the partitions' metadata is stored and the coordinator marks the batch processed;
+3. ``CommitBatch``, strictly in txid order: the committers run ``finish_batch``, then the bolts downstream of
+   them; when they are all done the coordinator records the commit.
 
-A ``FailedException`` (or any other error) in a bolt or emitter fails the
-attempt; the coordinator then fails it and every later active transaction, and
-emits them again. A Python worker that dies is retried by Spark.
+A ``FailedException`` (or any other error) in a bolt or an emitter fails the try: the coordinator fails it and
+every later active transaction, the workers drop them (``AbortBatches``), and they are emitted again. A lost
+worker fails every try in flight; the run goes on under a new generation of workers, as waves do.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
-import queue
-import threading
 import time
-import traceback
 import uuid
 from collections import defaultdict, deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from typing import Any
 
 from pyspark import SparkContext
 
 from squall.model import config as cfg
-from squall.model.errors import FailedException, SquallError, TopologyFailed
+from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology
-from squall.spark.bolt_task import BoltTask
+from squall.reliability.ids import IdGenerator
 from squall.spark.clock import Clock
-from squall.spark.collectors import OutputCollector
 from squall.spark.driver import WaveInfo
-from squall.spark.execution import execute_batch
-from squall.spark.failures import TaskSetupError, stop_reason
-from squall.spark.protocol import Batch as ProtocolBatch
+from squall.spark.emitters import Emitters
+from squall.spark.failures import fatal_message
 from squall.spark.protocol import (
-    BatchTaskReport,
-    Delivery,
-    EmitterCounts,
-    EmitterFailed,
-    PartitionEmitted,
+    COMMITTED,
+    EMITTED,
+    AbortBatches,
+    Batch,
+    BatchReport,
+    BeginBatch,
+    CommitBatch,
+    EmitPlan,
     RunSettings,
+    TaskStatus,
 )
-from squall.spark.shipping import load_shipped, pickle_component, ship_topology
+from squall.spark.scheduler import WaveScheduler, worker_count
+from squall.spark.shipping import pickle_component, ship_topology
 from squall.spark.stats import RunStats
-from squall.time import use_simulated_time
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
@@ -66,109 +60,42 @@ from squall.transactional.store import open_coordinator_store
 
 log = logging.getLogger("squall.transactional")
 
-
-# -- worker side ---------------------------------------------------------------
-def _deliveries(topology: Topology, collector: OutputCollector):
-    """A collector's emits, one ``Delivery`` per target task."""
-    for batch in collector.take_batches():
-        yield Delivery(topology.component_of(batch.target), batch)
-
-
-def _emit_task(run_id, topology_bc, spout_blob, spout_id, attempt, plan, index, _rows):
-    use_simulated_time(None)  # batches run on the wall clock
-    topology = load_shipped(run_id, topology_bc).topology
-    task_id = topology.task_ids(spout_id)[index]
-    try:
-        spout = pickle.loads(spout_blob)
-    except Exception as exc:
-        raise TaskSetupError(spout_id, task_id, "the emitter cannot be unpickled on a Spark worker", exc) from exc
-    collector = OutputCollector(topology, spout_id, task_id, acking=False, capture=False)
-    for partition, mode, meta in plan.get(index, ()):
-        try:
-            if mode == "replay":
-                spout.emit_partition_batch(attempt, collector, partition, meta)
-                new_meta = meta
-            elif isinstance(spout, OpaquePartitionedTransactionalSpout):
-                new_meta = spout.emit_partition_batch(attempt, collector, partition, meta)
-            else:
-                new_meta = spout.emit_partition_batch_new(attempt, collector, partition, meta)
-        except Exception as exc:
-            failure = "".join(traceback.format_exception(exc))
-            yield EmitterFailed(f"{spout_id} emitter task {task_id}, partition {partition}: {failure}")
-            return
-        yield PartitionEmitted(partition, new_meta)
-    yield EmitterCounts(collector.status.emitted, collector.status.malformed)
-    yield from _deliveries(topology, collector)
-
-
-def _batch_task(run_id, topology_bc, attempt, tasks, index, inputs):
-    """Task ``tasks[index]`` of a batch: a fresh bolt task, prepared for the attempt, runs every tuple it was sent
-    as a wave's task does (``execute_batch``), then ``finish_batch``. Any tuple that fails fails the batch."""
-    use_simulated_time(None)  # batches run on the wall clock
-    shipped = load_shipped(run_id, topology_bc)
-    task_id = tasks[index]
-    bolt = shipped.topology.component_of(task_id)
-    task = BoltTask(shipped, bolt, task_id, RunSettings(run_id, 0, False, True), batch_id=attempt)
-    task.begin_wave(0, attempt.txid)
-    status = task.collector.status
-    for batches in inputs:
-        for batch in batches:
-            execute_batch(task, batch)
-    failure = None
-    if status.errors:
-        failure = status.errors[0]
-    elif status.failed:
-        failure = f"{bolt} task {task_id}: {status.failed} tuple(s) failed (FailedException)"
-    elif not task.basic:
-        try:
-            task.bolt.finish_batch()
-        except FailedException as exc:
-            failure = f"{bolt} task {task_id}: FailedException in finish_batch: {exc}"
-        except Exception as exc:
-            failure = f"{bolt} task {task_id}: " + "".join(traceback.format_exception(exc))
-            log.error("%s task %d failed batch %r", bolt, task_id, attempt, exc_info=True)
-    if failure is None:  # a failed task's emits go nowhere: the batch is tried again
-        yield from _deliveries(shipped.topology, task.collector)
-    yield BatchTaskReport(bolt, task_id, status, task.collector.captured, failure)
-
-
-# -- driver side ---------------------------------------------------------------
-class Cancelled(Exception):
-    """The batch was failed (with a later or an earlier one) while it was being processed."""
+RECENT_COMMITS = 20  # kept for the web page
+WAIT_SECS = 0.02  # a step waits this long for the workers' reports while batches are in flight
+QUIET_MAX_SECS = 0.05  # after empty batches, new ones begin at most this far apart
 
 
 @dataclass
-class Batch:
-    """A batch on the driver: the tuples emitted for it, held per target task until that task's bolt runs."""
+class TryInFlight:
+    """One try of a batch on the driver: which workers still owe which phase."""
 
     attempt: TransactionAttempt
-    tuples: int
-    seq: int  # emits so far, counting this one
-    inputs: dict[int, list[ProtocolBatch]] = field(default_factory=lambda: defaultdict(list))  # task -> its tuples
-    cancelled: bool = False
-
-    def deliver(self, deliveries: list[Delivery]) -> None:
-        for delivery in deliveries:
-            self.inputs[delivery.batch.target].append(delivery.batch)
-
-    def release(self) -> None:
-        self.cancelled = True
-        self.inputs = defaultdict(list)
-
-
-@dataclass
-class PhaseResult:
-    failures: list[str]
-    captured: dict[str, list[tuple]]
-
-
-RECENT_COMMITS = 20  # kept for the web page
+    seq: int
+    began: float  # epoch seconds
+    partitions: int
+    emitting: set[int]  # workers whose emitter tasks have not reported
+    processing: set[int]  # workers whose processing has not finished
+    committing: set[int]  # workers hosting commit-phase tasks that have not finished
+    metas: dict[int, Any] = field(default_factory=dict)
+    tuples: int = 0
+    malformed: int = 0
+    phase: str = "emit"  # emit, process, commit
+    processed: bool = False
+    captured: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
 
 
 class TransactionalRun:
-    """The driver of one transactional topology: coordinator, emits, processing and commits."""
+    """The driver of one transactional topology: the coordinator, and its batches through the workers."""
 
-    def __init__(self, name: str, ttopo: TransactionalTopology, conf: dict, sc: SparkContext, clock: Clock) -> None:
+    def __init__(
+        self,
+        name: str,
+        ttopo: TransactionalTopology,
+        conf: dict,
+        sc: SparkContext,
+        clock: Clock,
+        emitters_on_workers: bool = False,
+    ) -> None:
         self.name = name
         self.ttopo = ttopo
         self.topology: Topology = ttopo.topology
@@ -179,250 +106,268 @@ class TransactionalRun:
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"
-        self._topology_bc = ship_topology(sc, self.topology, self.conf, list(self.topology.bolts))
-        pickle_component(ttopo.spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
-        self._failed_jobs_in_a_row = 0
-        self._pool = ThreadPoolExecutor(max_pending, thread_name_prefix=f"squall-{name}")
-        self._events: queue.Queue = queue.Queue()
-        self._batches: dict[TransactionAttempt, Batch] = {}
-        self._lock = threading.Lock()
+        spout_id = ttopo.spout_id
+        pickle_component(spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
+        self.emitters_on_workers = emitters_on_workers and bool(self.topology.bolts)
+        shipped = list(self.topology.bolts) + ([spout_id] if self.emitters_on_workers else [])
+        self._broadcast = ship_topology(sc, self.topology, self.conf, shipped, {spout_id: ttopo.spout})
+        workers = worker_count(sc, self.topology, self.conf[cfg.SQUALL_WORKERS], self.emitters_on_workers)
+        settings = RunSettings(
+            self.run_id,
+            IdGenerator().next_id(),
+            False,
+            False,
+            spouts_on_workers=self.emitters_on_workers,
+            transactional=True,
+            committers=ttopo.committers,
+        )
+        self.scheduler = WaveScheduler(
+            sc,
+            self.topology,
+            settings,
+            self._broadcast,
+            workers,
+            self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
+            name,
+            0,
+            replace_timeout=self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
+        )
+        self.scheduler.on_message = self._on_message
+        self.scheduler.on_generation = self._on_generation
+        self.emitters = (
+            None
+            if self.emitters_on_workers
+            else Emitters(self.topology, spout_id, dict.fromkeys(self.topology.task_ids(spout_id), ttopo.spout), 0)
+        )
+        late = set(ttopo.commit_phase_bolts)
+        self._late_tasks = [t for b in late for t in self.topology.task_ids(b)]
+        self._tries: dict[int, TryInFlight] = {}  # seq -> try in flight
+        self._seq = 0
+        self._moved = 0
         self.commits: list[tuple[TransactionAttempt, int, dict[str, list[tuple]]]] = []
         self.on_commit = []  # callbacks(attempt, tuples, captured)
         self.last_activity = clock.now()
-        self._emits = 0
         self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
         self._malformed_counted_through = 0  # the latest txid whose malformed entries are counted
+        self._quiet = 0.0  # after an empty batch: seconds until a new one begins
+        self._quiet_until = 0.0  # time.monotonic()
         self.started_at = clock.now()
-        self._phases: dict[TransactionAttempt, tuple[str, float]] = {}  # in flight: phase, when it began (epoch s)
-        self._began: dict[TransactionAttempt, float] = {}  # in flight: when its emit began (epoch s)
         self._recent: deque[tuple[TransactionAttempt, int, float]] = deque(maxlen=RECENT_COMMITS)
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> WaveInfo:
-        """Move transactions along; raises ``TopologyFailed`` once a failure no retry can fix stopped them."""
+        """Move batches along; raises ``TopologyFailed`` once a failure no retry can fix stopped them."""
         if self.failure is not None:
             raise self.failure
-        moved = self._drain_events()
-        for instruction in self.coordinator.poll(ready=self.ttopo.spout.is_ready()):
-            if isinstance(instruction, Commit):
-                self._commit(instruction.attempt)
+        try:
+            self.scheduler.serve(WAIT_SECS if self._tries else 0.0)
+        except TopologyFailed as failure:
+            self.failure = failure
+            raise
+        if self.failure is not None:
+            raise self.failure
+        moved, self._moved = self._moved, 0
+        if self.scheduler.ready or not self.scheduler.workers:
+            for instruction in self.coordinator.poll(ready=self._may_begin()):
+                if isinstance(instruction, Commit):
+                    self._commit(instruction.attempt)
+                else:
+                    self._begin(instruction.attempt)
                 if self.failure is not None:
                     raise self.failure
                 moved += 1
-                continue
-            batch = self._emit(instruction.attempt)
-            if self.failure is not None:
-                raise self.failure
-            if batch is None:
-                self._fail(instruction.attempt)
-                continue
-            moved += 1
-            self._pool.submit(self._process, batch)
-        return WaveInfo(0, moved)
+        return WaveInfo(0, moved or (1 if self._tries else 0))
 
-    def _drain_events(self) -> int:
-        n = 0
-        while True:
-            try:
-                kind, attempt = self._events.get_nowait()
-            except queue.Empty:
-                return n
-            n += 1
-            if kind == "processed":
-                self.coordinator.processed(attempt)
-            else:
-                self._fail(attempt)
+    def _may_begin(self) -> bool:
+        return self.ttopo.spout.is_ready() and time.monotonic() >= self._quiet_until
 
-    def _fail(self, attempt: TransactionAttempt) -> None:
-        self._leave(attempt)
-        if self.coordinator.failed(attempt):
-            with self._lock:
-                later = [self._batches.pop(a) for a in list(self._batches) if a.txid >= attempt.txid]
-                self.stats.failed_waves += 1
-            for batch in later:
-                self._leave(batch.attempt)
-                batch.release()
+    def interrupt(self) -> None:
+        self.scheduler.interrupt()
 
     def settled(self, since: int = 0) -> bool:
-        """No emitted tuple is waiting to commit, and an empty batch emitted after emit number
-        ``since`` has committed: the source had nothing more."""
-        with self._lock:
-            pending = any(b.tuples for b in self._batches.values())
+        """No emitted tuple is waiting to commit, and an empty batch begun after try number ``since`` has
+        committed: the source had nothing more."""
+        pending = any(t.tuples or t.emitting for t in self._tries.values())
         return not pending and self._last_empty_commit > since
 
     def idle_for(self) -> float:
         return self.clock.now() - self.last_activity if self.settled() else 0.0
 
-    # -- phases --------------------------------------------------------------
-    def _plan(self, attempt: TransactionAttempt) -> tuple[list[tuple], int]:
-        spout = self.ttopo.spout
-        previous = self.coordinator.metadata(attempt.txid - 1) or {"partitions": 0, "p": {}}
-        stored = self.coordinator.metadata(attempt.txid)
-        if stored is not None and not isinstance(spout, OpaquePartitionedTransactionalSpout):
-            return [(p, "replay", stored["p"][str(p)]) for p in range(stored["partitions"])], stored["partitions"]
-        n = spout.num_partitions()
-        return [(p, "new", previous["p"].get(str(p))) for p in range(n)], n
-
-    def _enter(self, attempt: TransactionAttempt, phase: str) -> None:
-        now = time.time()
-        with self._lock:
-            self._phases[attempt] = (phase, now)
-            self._began.setdefault(attempt, now)
-
-    def _leave(self, attempt: TransactionAttempt) -> float:
-        """The attempt is no longer in flight; returns how long it was."""
-        with self._lock:
-            self._phases.pop(attempt, None)
-            return time.time() - self._began.pop(attempt, time.time())
-
     def attempt_phases(self) -> dict[TransactionAttempt, tuple[str, float]]:
         """The attempts in flight: the phase each is in (emit, process, commit) and since when (epoch seconds)."""
-        with self._lock:
-            return dict(self._phases)
+        return {t.attempt: (t.phase, t.began) for t in list(self._tries.values())}
 
     def recent_commits(self) -> list[tuple[TransactionAttempt, int, float]]:
         """The last commits, newest first: the attempt, its tuples and its seconds from emit to commit."""
-        with self._lock:
-            return list(reversed(self._recent))
+        return list(reversed(self._recent))
 
-    def _emit(self, attempt: TransactionAttempt) -> Batch | None:
-        self._enter(attempt, "emit")
-        plan, partitions = self._plan(attempt)
-        emitters = self.ttopo.parallelism
-        by_task: dict[int, list] = defaultdict(list)
-        for entry in plan:
-            by_task[entry[0] % emitters].append(entry)
+    # -- a try's life ----------------------------------------------------------
+    def _plan(self, attempt: TransactionAttempt) -> tuple[dict[int, list[EmitPlan]], int]:
+        """Each emitter task's slices: a transactional spout replays a stored txid exactly; otherwise each
+        partition continues from the txid before, as stored or, while that one is in flight, as its emitter
+        task emitted it."""
+        spout, txid = self.ttopo.spout, attempt.txid
+        stored = self.coordinator.metadata(txid)
+        if stored is not None and not isinstance(spout, OpaquePartitionedTransactionalSpout):
+            n = stored["partitions"]
+            plans = [EmitPlan(p, True, stored["p"][str(p)]) for p in range(n)]
+        else:
+            n = spout.num_partitions()
+            if txid - 1 > self.coordinator.last_committed:
+                plans = [EmitPlan(p, False, None, True) for p in range(n)]
+            else:
+                previous = self.coordinator.metadata(txid - 1) or {"p": {}}
+                plans = [EmitPlan(p, False, previous["p"].get(str(p))) for p in range(n)]
+        tasks = self.topology.task_ids(self.ttopo.spout_id)
+        by_task: dict[int, list[EmitPlan]] = defaultdict(list)
+        for plan in plans:
+            by_task[tasks[plan.partition % len(tasks)]].append(plan)
+        return dict(by_task), n
+
+    def _begin(self, attempt: TransactionAttempt) -> None:
+        self._seq += 1
+        seq, scheduler = self._seq, self.scheduler
+        plans, partitions = self._plan(attempt)
+        placement = scheduler.placement
+        hosts = set(placement.values())
+        flight = TryInFlight(
+            attempt,
+            seq,
+            time.time(),
+            partitions,
+            set(scheduler.spout_workers.values()),
+            set(hosts),
+            {placement[t] for t in self._late_tasks},
+        )
+        self._tries[seq] = flight
+        generation, last = scheduler.generation, self.coordinator.last_committed
+        if self.emitters is None:
+            scheduler.send_to(None, BeginBatch(generation, seq, attempt, plans, [], last))
+            return
+        batches: list[Batch] = []
+        self.emitters.generation = generation
         try:
-            spout_blob = pickle_component(self.ttopo.spout_id, self.ttopo.spout)  # per batch: its data may grow
+            emitted = self.emitters.emit(seq, attempt, plans, batches.append, last)
         except SquallError as exc:
             self._stop(str(exc))
-            return None
-        job = partial(
-            _emit_task, self.run_id, self._topology_bc, spout_blob, self.ttopo.spout_id, attempt, dict(by_task)
-        )
-        try:
-            rows = self.sc.parallelize(range(emitters), emitters).mapPartitionsWithIndex(job).collect()
-        except Exception as exc:
-            self._job_failed(exc, f"emitting batch {attempt!r}")
-            return None
-        failures = [row.text for row in rows if isinstance(row, EmitterFailed)]
-        if failures:
-            for text in failures:
-                log.error("%s: batch %r: %s", self.name, attempt, text)
-            return None
-        self._job_succeeded()
-        metas = {str(row.partition): row.meta for row in rows if isinstance(row, PartitionEmitted)}
-        tuples = sum(row.emitted for row in rows if isinstance(row, EmitterCounts))
-        malformed = sum(row.malformed for row in rows if isinstance(row, EmitterCounts))
-        if not self.coordinator.record_metadata(attempt, {"partitions": partitions, "p": metas}):
-            return None
-        self._emits += 1
-        batch = Batch(attempt, tuples, self._emits)
-        batch.deliver([row for row in rows if isinstance(row, Delivery)])
-        with self._lock:
-            self._batches[attempt] = batch
-        self.stats.of(self.ttopo.spout_id).emitted += tuples
-        if attempt.txid > self._malformed_counted_through:  # a replay meets the same malformed entries again
-            self._malformed_counted_through = attempt.txid
-            self.stats.of(self.ttopo.spout_id).malformed += malformed
-        if tuples:
-            self.last_activity = self.clock.now()
-        return batch
-
-    def _run_bolts(self, batch: Batch, bolts: list[str]) -> PhaseResult:
-        """A phase's bolts, one Spark job for each set of them whose upstream bolts have run.
-
-        Each job has one Spark task per bolt task, given just the tuples sent to it. A task that fails
-        fails the phase: the bolts downstream of it do not run.
-        """
-        failures, captured = [], defaultdict(list)
-        remaining = list(bolts)
-        while remaining and not failures:
-            ready = [b for b in remaining if not set(self.topology.sources_of(b)) & set(remaining)]
-            remaining = [b for b in remaining if b not in ready]
-            if batch.cancelled:
-                raise Cancelled(repr(batch.attempt))
-            jobs = []
-            for bolt in ready:
-                tasks = self.topology.task_ids(bolt)
-                inputs = [batch.inputs.pop(task, []) for task in tasks]
-                body = partial(_batch_task, self.run_id, self._topology_bc, batch.attempt, tasks)
-                jobs.append(self.sc.parallelize(inputs, len(tasks)).mapPartitionsWithIndex(body))
-            rows = (self.sc.union(jobs) if len(jobs) > 1 else jobs[0]).collect()
-            batch.deliver([row for row in rows if isinstance(row, Delivery)])
-            reports = sorted((r for r in rows if isinstance(r, BatchTaskReport)), key=lambda r: (r.component, r.task))
-            with self._lock:
-                for report in reports:
-                    self.stats.of(report.component).add(report.status)
-                    self.stats.of_task(report.component, report.task).add(report.status)
-                    for text in report.status.errors:
-                        self.stats.record_error(report.component, report.task, text)
-                    captured[report.component].extend(report.captured)
-                    if report.failure:
-                        failures.append(report.failure)
-        return PhaseResult(failures, dict(captured))
-
-    def _process(self, batch: Batch) -> None:
-        self._enter(batch.attempt, "process")
-        try:
-            result = self._run_bolts(batch, self.ttopo.processing_phase_bolts)
-            self._job_succeeded()
-            ok = not result.failures
-            for text in result.failures:
-                log.warning("%s: batch %r failed in processing: %s", self.name, batch.attempt, text)
-        except Cancelled:
-            ok = False
-        except Exception as exc:
-            self._job_failed(exc, f"processing batch {batch.attempt!r}")
-            ok = False
-        ok = ok and not batch.cancelled  # failed with another batch while its last job ran
-        self._events.put(("processed" if ok else "failed", batch.attempt))
-
-    def _commit(self, attempt: TransactionAttempt) -> None:
-        self._enter(attempt, "commit")
-        batch = self._batches.get(attempt)
-        try:
-            result = self._run_bolts(batch, self.ttopo.commit_phase_bolts)
-        except Exception as exc:
-            self._job_failed(exc, f"committing batch {attempt!r}")
-            if self.failure is not None:
-                return
-            result = PhaseResult(["commit job failed"], {})
-        for text in result.failures:
-            log.warning("%s: batch %r failed in commit: %s", self.name, attempt, text)
-        if result.failures:
+            return
+        self._emitted(flight, emitted.metas, emitted.emitted, emitted.malformed)
+        if emitted.failure is not None:
             self._fail(attempt)
             return
-        self._job_succeeded()
-        self.coordinator.committed(attempt)
-        seconds = self._leave(attempt)
-        with self._lock:
-            self._batches.pop(attempt).release()
-            self._recent.append((attempt, batch.tuples, seconds))
-        self.commits.append((attempt, batch.tuples, result.captured))
-        self.stats.waves += 1
-        if batch.tuples:
+        per_worker: dict[int, list[Batch]] = {w: [] for w in hosts}
+        for batch in batches:
+            per_worker[placement[batch.target]].append(batch)
+        for worker, mine in per_worker.items():
+            scheduler.send_to([worker], BeginBatch(generation, seq, attempt, {}, mine, last))
+        if not hosts:  # no bolt: nothing to process or commit
+            self._check_processed(flight)
+
+    def _emitted(self, flight: TryInFlight, metas: dict[int, Any], emitted: int, malformed: int) -> None:
+        flight.metas.update(metas)
+        flight.tuples += emitted
+        flight.phase = "process"
+        self.stats.of(self.ttopo.spout_id).emitted += emitted
+        if flight.attempt.txid > self._malformed_counted_through:  # a replay meets the same malformed entries
+            self._malformed_counted_through = flight.attempt.txid
+            self.stats.of(self.ttopo.spout_id).malformed += malformed
+        if emitted:
             self.last_activity = self.clock.now()
-        else:
-            self._last_empty_commit = max(self._last_empty_commit, batch.seq)
-        for callback in self.on_commit:
-            callback(attempt, batch.tuples, result.captured)
 
-    def _job_succeeded(self) -> None:
-        with self._lock:
-            self._failed_jobs_in_a_row = 0
-
-    def _job_failed(self, exc: Exception, what: str) -> None:
-        """A Spark job of a batch failed: the batch is retried, unless no retry can fix the failure."""
-        with self._lock:
-            self._failed_jobs_in_a_row += 1
-            in_a_row = self._failed_jobs_in_a_row
-        why = stop_reason(exc, in_a_row, self.conf[cfg.SQUALL_WAVE_MAX_FAILURES], f"Spark jobs (the last {what})")
-        if why is None:
-            log.exception("%s: %s failed", self.name, what)
+    def _on_message(self, report: Any) -> None:
+        if not isinstance(report, BatchReport) or report.generation != self.scheduler.generation:
             return
-        self._stop(why)
+        flight = self._tries.get(report.seq)
+        if flight is None:  # aborted: what it still said is of no use
+            return
+        self._moved += 1
+        if report.failure is not None:
+            fatal = fatal_message(RuntimeError(report.failure))
+            if fatal is not None:
+                self._stop(fatal)
+                return
+            log.warning("%s: batch %r failed: %s", self.name, flight.attempt, report.failure)
+            self._fail(flight.attempt)
+            return
+        for task, (component, status) in report.statuses.items():
+            if report.phase != EMITTED:
+                self._count(component, task, status)
+        if report.phase == EMITTED:
+            status = next(iter(report.statuses.values()), (None, TaskStatus()))[1]
+            flight.emitting.discard(report.worker)
+            self._emitted(flight, report.metas, status.emitted, status.malformed)
+            self._check_processed(flight)
+        elif report.phase == COMMITTED:
+            for component, rows in report.captured.items():
+                flight.captured[component].extend(rows)
+            flight.committing.discard(report.worker)
+            if not flight.committing and flight.phase == "commit":
+                self._committed(flight)
+        else:
+            flight.processing.discard(report.worker)
+            self._check_processed(flight)
+
+    def _count(self, component: str, task: int, status: TaskStatus) -> None:
+        self.stats.of(component).add(status)
+        self.stats.of_task(component, task).add(status)
+        for text in status.errors:
+            self.stats.record_error(component, task, text)
+
+    def _check_processed(self, flight: TryInFlight) -> None:
+        """Every worker has emitted and processed the try: its metadata is stored, then it may commit."""
+        if flight.processed or flight.emitting or flight.processing:
+            return
+        flight.processed = True
+        metas = {"partitions": flight.partitions, "p": {str(p): m for p, m in sorted(flight.metas.items())}}
+        if self.coordinator.record_metadata(flight.attempt, metas):
+            self.coordinator.processed(flight.attempt)
+
+    def _commit(self, attempt: TransactionAttempt) -> None:
+        flight = next(t for t in self._tries.values() if t.attempt == attempt)
+        flight.phase = "commit"
+        if not flight.committing:  # no committer
+            self._committed(flight)
+            return
+        self.scheduler.send_to(sorted(flight.committing), CommitBatch(self.scheduler.generation, flight.seq))
+
+    def _committed(self, flight: TryInFlight) -> None:
+        attempt = flight.attempt
+        if not self.coordinator.committed(attempt):
+            return
+        del self._tries[flight.seq]
+        self.scheduler.progressed()
+        seconds = time.time() - flight.began
+        captured = dict(flight.captured)
+        self._recent.append((attempt, flight.tuples, seconds))
+        self.commits.append((attempt, flight.tuples, captured))
+        self.stats.waves += 1
+        if flight.tuples:
+            self.last_activity = self.clock.now()
+            self._quiet = 0.0
+        else:
+            self._last_empty_commit = max(self._last_empty_commit, flight.seq)
+            self._quiet = min(max(2 * self._quiet, 0.002), QUIET_MAX_SECS)
+            self._quiet_until = time.monotonic() + self._quiet
+        for callback in self.on_commit:
+            callback(attempt, flight.tuples, captured)
+
+    def _fail(self, attempt: TransactionAttempt) -> None:
+        """Fail ``attempt`` and every later try in flight; the coordinator emits them again."""
+        if not self.coordinator.failed(attempt):
+            return
+        dropped = [seq for seq, t in self._tries.items() if t.attempt.txid >= attempt.txid]
+        for seq in dropped:
+            del self._tries[seq]
+        self.stats.failed_waves += 1
+        self.scheduler.send_to(None, AbortBatches(self.scheduler.generation, tuple(dropped)))
+
+    def _on_generation(self, generation: int) -> None:
+        """Workers (re)started: every try in flight is lost with the tasks that held it; emit them again."""
+        if self._tries:
+            oldest = min(self._tries.values(), key=lambda t: t.attempt.txid)
+            log.warning("%s: workers restarted; batches from txid %d run again", self.name, oldest.attempt.txid)
+            self._fail(oldest.attempt)
 
     def _stop(self, why: str) -> None:
         if self.failure is None:
@@ -432,18 +377,15 @@ class TransactionalRun:
     def wait_settled(self, timeout: float = 300.0) -> None:
         """Run until everything emitted so far has committed (tests and ``squall run``)."""
         deadline = time.monotonic() + timeout
-        since = self._emits
+        since = self._seq
         while not self.settled(since):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"transactional topology {self.name!r} did not settle in {timeout}s")
             if self.step().idle:
-                time.sleep(0.01)
+                time.sleep(0.002)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        self._drain_events()
-        for batch in self._batches.values():
-            batch.release()
-        self._batches.clear()
+        self.scheduler.close()
+        self._tries.clear()
         self.store.close()
-        self._topology_bc.destroy()
+        self._broadcast.destroy()

@@ -1,0 +1,88 @@
+"""A transactional spout's emitter tasks, in the process that hosts them.
+
+Storm's emitter is a bolt of parallelism P: partition ``p`` of a batch is emitted by emitter task ``p mod P``.
+Under ``LocalCluster`` and ``squall run`` the emitter tasks live on the workers, beside the bolt tasks, and their
+tuples go straight to their readers over the workers' links; under ``TestCluster`` they run in the test's own
+process, as its spouts do, so a test that appends to a ``MemoryTransactionalSpout`` sees its batches grow.
+
+An emitter task emits the batches in the order they begin, and remembers what each partition emitted for every
+txid still in flight: a batch whose previous txid is not committed yet continues from there (``EmitPlan.cached``).
+Every emitter task ends its part of a batch with one ``last`` batch to every task that reads the spout.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.model.topology import Topology
+from squall.spark.collectors import OutputCollector
+from squall.spark.protocol import Batch, EmitPlan
+from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
+
+log = logging.getLogger("squall.transactional")
+
+
+@dataclass
+class Emitted:
+    """What the emitter tasks here did for one batch."""
+
+    metas: dict[int, Any] = field(default_factory=dict)  # partition -> the metadata of its slice
+    emitted: int = 0
+    malformed: int = 0
+    failure: str | None = None
+
+
+class Emitters:
+    def __init__(self, topology: Topology, spout_id: str, spouts: dict[int, Any], generation: int) -> None:
+        """``spouts``: each emitter task hosted here -> its spout instance."""
+        self.topology, self.spout_id, self.spouts, self.generation = topology, spout_id, spouts, generation
+        self.readers = sorted({t for bolt, _ in topology.subscribers_of(spout_id) for t in topology.task_ids(bolt)})
+        self._emitted: dict[tuple[int, int], Any] = {}  # (txid, partition) -> metadata, for txids in flight
+
+    def emit(
+        self,
+        seq: int,
+        attempt: Any,
+        plans: dict[int, list[EmitPlan]],
+        send: Callable[[Batch], None],
+        last_committed: int = 0,
+    ) -> Emitted:
+        """Emit the slices ``plans`` names for the tasks here, each batch to ``send`` as it fills, then a ``last``
+        batch from each task to every reader. A partition that raises fails the batch; nothing more is sent."""
+        for key in [k for k in self._emitted if k[0] < last_committed]:
+            del self._emitted[key]
+        done = Emitted()
+        for task, spout in self.spouts.items():
+            collector = OutputCollector(self.topology, self.spout_id, task, acking=False, capture=False)
+            collector.generation, collector.wave, collector.ship = self.generation, seq, send
+            for plan in plans.get(task, ()):
+                try:
+                    done.metas[plan.partition] = self._emit_one(spout, attempt, collector, plan)
+                except Exception as exc:
+                    text = "".join(traceback.format_exception(exc))
+                    done.failure = f"{self.spout_id} emitter task {task}, partition {plan.partition}: {text}"
+                    log.error("batch %r: %s", attempt, done.failure)
+                    return done
+                self._emitted[(attempt.txid, plan.partition)] = done.metas[plan.partition]
+            status = collector.status
+            done.emitted += status.emitted
+            done.malformed += status.malformed
+            outbox = {batch.target: batch for batch in collector.take_batches()}
+            for reader in self.readers:
+                batch = outbox.pop(reader, None) or Batch(self.generation, seq, task, self.spout_id, task, reader)
+                batch.last = True
+                send(batch)
+        return done
+
+    def _emit_one(self, spout: Any, attempt: Any, collector: OutputCollector, plan: EmitPlan) -> Any:
+        if plan.replay:
+            spout.emit_partition_batch(attempt, collector, plan.partition, plan.meta)
+            return plan.meta
+        previous = self._emitted.get((attempt.txid - 1, plan.partition)) if plan.cached else plan.meta
+        if isinstance(spout, OpaquePartitionedTransactionalSpout):
+            return spout.emit_partition_batch(attempt, collector, plan.partition, previous)
+        return spout.emit_partition_batch_new(attempt, collector, plan.partition, previous)
