@@ -45,6 +45,7 @@ from squall.transactional import (
     SqliteKeyedState,
     TransactionalTopologyBuilder,
 )
+from squall.transactional.spouts import DEFAULT_TAKE_PER_BATCH
 
 VOCABULARY = [f"w{i:04d}" for i in range(10_000)]
 WORDS_PER_SENTENCE = 8
@@ -313,15 +314,16 @@ class CountCommitter(BatchBolt, Committer):
             state.close()
 
 
-def exactly_once(sentences: list[str], per_partition: int) -> float:
+def exactly_once(sentences: list[str], per_partition: int | None) -> float:
     """Seconds from submitting to the last sentence committed, for the exactly-once word count: a
     ``MemoryTransactionalSpout`` of 2 partitions, ``per_partition`` sentences each a batch, into split (2) and a
-    committer count (2, fields grouping), max pending 4. The counts in SQLite are checked against the exact ones."""
+    committer count (2, fields grouping), max pending 4 (``per_partition`` None: the spout's default). The
+    counts in SQLite are checked against the exact ones."""
     work = tempfile.mkdtemp(prefix="squall-exactly-once-")
     try:
         half = len(sentences) // 2
         partitions = {0: [[s] for s in sentences[:half]], 1: [[s] for s in sentences[half:]]}
-        spout = MemoryTransactionalSpout(partitions, ["sentence"], per_partition)
+        spout = MemoryTransactionalSpout(partitions, ["sentence"], *([per_partition] if per_partition else []))
         builder = TransactionalTopologyBuilder("exactly-once-words", "spout", spout, 2)
         builder.set_bolt("split", SplitBatch(), 2).shuffle_grouping("spout")
         builder.set_bolt("count", CountCommitter(os.path.join(work, "counts.sqlite")), 2).fields_grouping(
@@ -365,11 +367,11 @@ def vocabulary(sc, count: int, words: int) -> None:
     print(f"pyspark_carrying_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
 
 
-def exactly_once_figures(sentences: list[str], words: int, per_partition: int) -> None:
+def exactly_once_figures(sentences: list[str], words: int, per_partition: int | None = None) -> None:
     """The exactly-once word count against the acked one, interleaved, three runs each, each at its best."""
     runs = [(squall_throughput(sentences, {})[0], exactly_once(sentences, per_partition)) for _ in range(3)]
     acked, exact = min(r[0] for r in runs), min(r[1] for r in runs)
-    print(f"exactly_once_sentences_per_partition_per_batch={per_partition}")
+    print(f"exactly_once_sentences_per_partition_per_batch={per_partition or DEFAULT_TAKE_PER_BATCH}")
     print(f"exactly_once_acked_words_per_second={words / acked:.0f}")
     print(f"exactly_once_words_per_second={words / exact:.0f}")
     print(f"exactly_once_vs_acked_throughput={acked / exact:.2f}")
@@ -382,7 +384,7 @@ def main() -> None:
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
     parser.add_argument("--only", choices=["vocabulary", "exactly-once"], help="run only this part (to profile it)")
-    parser.add_argument("--per-partition", type=int, default=25_000, help="exactly-once: sentences a partition a batch")
+    parser.add_argument("--per-partition", type=int, help="exactly-once: sentences a partition a batch (the default's)")
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
     sentences = make_sentences(args.words)
@@ -439,6 +441,7 @@ def main() -> None:
     print(f"driver_bound_worker_cores={workers_us / driver_us:.1f}")
 
     vocabulary(sc, args.words, words)
+    exactly_once_figures(sentences, words, args.per_partition)
 
     rate = len(sentences) / default_secs / 2
     paced = sentences[: max(1, int(rate * args.latency_secs))]

@@ -2,7 +2,7 @@
 
 Both kinds are partitioned: each batch takes a slice of every partition, and
 the coordinator stores each partition's slice (its metadata, JSON) per txid.
-Emitters run in Spark tasks, partition ``p`` on emitter task ``p mod parallelism``.
+Emitters run on the workers (``squall/spark/emitters.py``), partition ``p`` on emitter task ``p mod parallelism``.
 
 * ``PartitionedTransactionalSpout``: the same txid always emits the same batch.
   Supports exactly-once with ``TransactionalValue`` state, if every partition
@@ -50,19 +50,26 @@ class OpaquePartitionedTransactionalSpout(_Partitioned):
         raise NotImplementedError
 
 
+# Sentences a partition gives each batch unless told otherwise: a batch's fixed costs (its commit's store writes
+# above all) stay a small share of its time; docs/performance.md has the figures.
+DEFAULT_TAKE_PER_BATCH = 25_000
+
+
 def _slice(data: Sequence, start: int, take: int) -> Sequence:
     return data[start : start + take]
 
 
 class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     """Storm's in-memory transactional spout: ``partitions`` maps a partition number to
-    its list of value lists; each batch takes up to ``take_per_batch`` of each.
+    its list of value lists; each batch takes up to ``take_per_batch`` of each (``DEFAULT_TAKE_PER_BATCH``).
 
     Partitions may be added, and lists appended to, while the topology runs.
     Tuples carry the ``TransactionAttempt`` first, then ``fields``.
     """
 
-    def __init__(self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int) -> None:
+    def __init__(
+        self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int = DEFAULT_TAKE_PER_BATCH
+    ) -> None:
         self.partitions = partitions
         self.fields = Fields("tx", *as_fields(fields))
         self.take_per_batch = take_per_batch
@@ -89,7 +96,9 @@ class OpaqueMemoryTransactionalSpout(OpaquePartitionedTransactionalSpout):
     """The opaque twin of ``MemoryTransactionalSpout``. Partitions listed in
     ``unavailable`` emit nothing (and stay where they were) until they are back."""
 
-    def __init__(self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int) -> None:
+    def __init__(
+        self, partitions: Mapping[int, Sequence[Sequence[Any]]], fields, take_per_batch: int = DEFAULT_TAKE_PER_BATCH
+    ) -> None:
         self.partitions = partitions
         self.fields = Fields("tx", *as_fields(fields))
         self.take_per_batch = take_per_batch
