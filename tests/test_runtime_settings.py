@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -309,3 +311,55 @@ def test_topology_context_answers_storms_questions():
         context.get_component_output_fields("age", "other")
     with pytest.raises(KeyError, match="no component 'nope'"):
         context.get_component_output_fields("nope", "default")
+
+
+class ThreeWords(Spout):
+    outputs = ("word",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.left = collector, ["a", "b", "c"]
+
+    def next_tuple(self):
+        if self.left:
+            word = self.left.pop()
+            self.collector.emit([word], msg_id=word)
+
+
+class Echo(BasicBolt):
+    outputs = ("word",)
+
+    def execute(self, tup, collector):
+        collector.emit([tup[0]])
+
+
+def _hold_cores(sc, seconds: float) -> None:
+    sc.setJobGroup("hold-the-cores", "every core busy, as a killed driver's executors keep theirs for a while")
+    sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism).foreach(lambda _: time.sleep(seconds))
+
+
+def test_a_run_whose_workers_wait_for_cores_is_not_idle(spark):
+    """``squall run --idle-secs`` stops a topology that has been idle that long; a run whose workers are still
+    waiting for a free core has not begun, and must not be stopped as idle."""
+    from squall import LocalCluster
+
+    b = TopologyBuilder()
+    b.set_spout("words", ThreeWords())
+    b.set_bolt("echo", Echo(), 2).shuffle_grouping("words")
+    with LocalCluster() as cluster:
+        holder = threading.Thread(target=_hold_cores, args=(spark, 6.0))
+        holder.start()
+        while not spark.statusTracker().getActiveStageIds():
+            time.sleep(0.05)
+        run = cluster.submit_topology("waiting", {}, b.build())
+        samples = 0
+        while holder.is_alive():
+            if not run.scheduler.ready:
+                samples += 1
+                assert run.idle_for() == 0.0
+            time.sleep(0.2)
+        holder.join()
+        assert samples > 0  # the workers did wait for the cores
+        deadline = time.monotonic() + 60
+        while run.stats.of("words").acked < 3:
+            assert time.monotonic() < deadline, "the run did not start once the cores were free"
+            time.sleep(0.05)

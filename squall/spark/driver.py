@@ -107,7 +107,7 @@ class TopologyRun:
         self.timeout: float = self.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
         self.timeouts = self.conf[cfg.TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS]
         self.started_at = clock.now()
-        self._idle_since: float | None = self.started_at  # set, on the run's thread, when a step ends idle
+        self._idle_since: float | None = None  # set, on the run's thread, when a step ends idle
         self.next_rotation = self.started_at + self.timeout
         self.wave = 0
         self._seed = IdGenerator().next_id()
@@ -275,8 +275,8 @@ class TopologyRun:
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
         self.stats.pending = len(self.pending)
         self.stats.restarts = self.scheduler.recoveries
-        if emits or self.stats.pending or not self.spout_host.wanted_active:  # paused is not idle
-            self._idle_since = None
+        if emits or self.stats.pending or not self.spout_host.wanted_active or self._waiting_for_workers():
+            self._idle_since = None  # paused is not idle, nor is waiting for a worker
         elif self._idle_since is None:
             self._idle_since = self.clock.now()
         return WaveInfo(emits, delivered, completed)
@@ -304,7 +304,7 @@ class TopologyRun:
             self._apply_spout_statuses(statuses)
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
-        if emits or self.stats.pending or not self._wanted_active:
+        if emits or self.stats.pending or not self._wanted_active or self._waiting_for_workers():
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = self.clock.now()
@@ -327,12 +327,17 @@ class TopologyRun:
         """Stateful bolts' changes or acks wait for a checkpoint."""
         return self.state_checkpoints is not None and self.state_checkpoints.waiting
 
+    def _waiting_for_workers(self) -> bool:
+        """The run has bolts but not all of its workers: a driver waiting for cores (a lost one, or those a
+        killed driver's executors still hold) is not idle."""
+        return self.scheduler.hub is not None and not self.scheduler.ready
+
     def idle_for(self) -> float:
         """Seconds since a step ended with no spout emit and no tree pending (ticks do not count); safe to call
         from any thread. A step that waited long (a worker being replaced) and then settled every tree starts
         the count when it ends, not when the step before it did."""
         since = self._idle_since
-        if since is None or self.pending_count or not self._wanted_active:
+        if since is None or self.pending_count or not self._wanted_active or self._waiting_for_workers():
             return 0.0  # a deactivated topology is paused, not idle: it runs until activated or killed
         return self.clock.now() - since
 

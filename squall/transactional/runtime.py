@@ -188,7 +188,7 @@ class TransactionalRun:
     def settled(self, since: int = 0) -> bool:
         """No emitted tuple is waiting to commit, and an empty batch begun after try number ``since`` has
         committed: the source had nothing more."""
-        pending = any(t.tuples or t.emitting for t in self._tries.values())
+        pending = any(t.tuples or t.emitting for t in list(self._tries.values()))  # read from other threads too
         return not pending and self._last_empty_commit > since
 
     def idle_for(self) -> float:

@@ -63,7 +63,9 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
     """Storm's in-memory transactional spout: ``partitions`` maps a partition number to
     its list of value lists; each batch takes up to ``take_per_batch`` of each (``DEFAULT_TAKE_PER_BATCH``).
 
-    Partitions may be added, and lists appended to, while the topology runs.
+    Partitions may be added, and lists appended to, while the topology runs, where its emitters run: in the
+    test's process under ``TestCluster``. Under ``LocalCluster`` and ``squall run`` the emitters run on the
+    workers, each with the spout as it was submitted.
     Tuples carry the ``TransactionAttempt`` first, then ``fields``.
     """
 
