@@ -382,6 +382,7 @@ class WorkerFailed:
 class Stop:
     fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
     active: bool = True  # False: a kill with a wait deactivated the spouts, which are told before closing
+    final: bool = False  # the run is over: the worker's Python process forgets it (its topology and live tasks)
 
 
 def encode(message: Any, destination: int) -> bytes:

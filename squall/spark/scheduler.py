@@ -751,7 +751,8 @@ class WaveScheduler:
             return
         self.flush_commit()
         self._closing = True
-        self.hub.send([(connection, Stop(fail_pending, active)) for connection in self._connections.values()])
+        stop = Stop(fail_pending, active, final=True)
+        self.hub.send([(connection, stop) for connection in self._connections.values()])
         if self._job is not None:
             self._job.join(timeout if self.ready else min(timeout, 1.0))
             if self._job.is_alive():

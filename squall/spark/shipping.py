@@ -113,6 +113,11 @@ def load_shipped(run_id: str, broadcast: Any) -> ShippedTopology:
     return shipped
 
 
+def forget_run(run_id: str) -> None:
+    """The run is over: this Python worker drops what was shipped for it (a spout's data may be large)."""
+    _RUNS.pop(run_id, None)
+
+
 def shipped_runs() -> set[str]:
     """The runs this Python worker still holds a shipped topology of."""
     return set(_RUNS)

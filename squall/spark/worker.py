@@ -58,7 +58,7 @@ from squall.spark.protocol import (
     WorkerFailed,
     WorkerReport,
 )
-from squall.spark.shipping import ShippedTopology, load_shipped
+from squall.spark.shipping import ShippedTopology, forget_run, load_shipped
 from squall.spark.snapshots import SnapshotStore
 from squall.spark.worker_spouts import WorkerSpouts
 from squall.state.providers import COMPACT_EVERY, StatePart
@@ -112,6 +112,7 @@ class Worker:
         self.weights = TaskWeights()  # the workers' load weights, read by every shuffle here when load-aware
         self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
         self.batches: BatchTasks | None = None  # a transactional topology's tasks here (``batches.py``)
+        self.final = False  # the run is over: nothing of it is kept in this Python process
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -121,6 +122,7 @@ class Worker:
             if message is None:
                 return
             if isinstance(message, Stop):
+                self.final = message.final
                 if self.spouts is not None:  # what closing did (trees failed back) reaches the run's counters
                     self.spouts.close(message.fail_pending, message.active)
                     statuses = self.spouts.take_statuses()
@@ -437,6 +439,8 @@ class Worker:
         if self.batches is not None:
             self.batches.close()
             self.batches = None
+        if self.final:
+            return
         for hosted in self.tasks.values():
             if not hosted.started:
                 keep_live(hosted.task)
@@ -463,6 +467,8 @@ def run_worker(
             raise
     finally:
         worker.close()
+        if worker.final:
+            forget_run(run_id)
         listener.close()
         links.close()
         channel.close()
