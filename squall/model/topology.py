@@ -101,6 +101,10 @@ class Topology:
         """``[(bolt_id, subscription), ...]`` reading any stream of ``component``."""
         return [(b, sub) for (src, _), subs in self._subscribers.items() if src == component for b, sub in subs]
 
+    def reader_tasks(self, component: str) -> list[int]:
+        """Every task of every bolt that reads any stream of ``component``, in order."""
+        return sorted({t for bolt, _ in self.subscribers_of(component) for t in self.task_ids(bolt)})
+
     def sources_of(self, bolt: str) -> list[str]:
         """The distinct components a bolt reads from (a bolt may read several streams of one)."""
         return list(dict.fromkeys(sub.source for sub in self.components[bolt].inputs))

@@ -40,7 +40,6 @@ from squall.spark.protocol import (
     BeginBatch,
     CommitBatch,
     RunSettings,
-    TaskStatus,
 )
 from squall.spark.shipping import ShippedTopology, new_component
 from squall.transactional.builder import commit_phase
@@ -156,12 +155,7 @@ class TryOnWorker:
                 text = "".join(traceback.format_exception(exc))
                 self._fail(f"{bolt_task.component} task {bolt_task.task}: {text}")
                 return
-        outbox = {batch.target: batch for batch in bolt_task.collector.take_batches()}
-        for reader in task.readers:
-            batch = outbox.pop(reader, None) or Batch(
-                self.host.generation, self.seq, bolt_task.task, bolt_task.component, bolt_task.task, reader
-            )
-            batch.last = True
+        for batch in bolt_task.collector.take_last_batches(task.readers):
             self.host.send(batch)
         task.done = True
         if task.late:
@@ -237,9 +231,7 @@ class BatchTasks:
         for task in tasks:
             component = self.topology.component_of(task)
             self.producers[task] = {t for c in self.topology.sources_of(component) for t in self.topology.task_ids(c)}
-            self.readers[task] = sorted(
-                {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
-            )
+            self.readers[task] = self.topology.reader_tasks(component)
         self._to_peer, self._to_driver = to_peer, to_driver
         self._send_lock = threading.Lock()
         self._closed = False
@@ -342,10 +334,7 @@ class BatchTasks:
                 if begin.seq in self._aborted:
                     continue
             emitted = self.emitters.emit(begin.seq, begin.attempt, begin.plans, self.send, begin.last_committed)
-            statuses = {
-                task: (self.spout_id, TaskStatus(emitted=emitted.emitted, malformed=emitted.malformed))
-                for task in list(self.emitters.spouts)[:1]
-            }
+            statuses = {task: (self.spout_id, status) for task, status in emitted.statuses.items()}
             report = BatchReport(
                 self.generation, begin.seq, self.index, EMITTED, statuses, emitted.metas, failure=emitted.failure
             )

@@ -320,6 +320,19 @@ class OutputCollector:
             self._seal(batch)
         return batches
 
+    def take_last_batches(self, readers: list[int]) -> list[Batch]:
+        """``take_batches``, with an empty batch for each of ``readers`` that has none, every one marked ``last``:
+        this task's part of the wave (or transactional batch) is over for each reader."""
+        outbox = {batch.target: batch for batch in self.take_batches()}
+        batches = []
+        for reader in readers:
+            batch = outbox.pop(reader, None) or Batch(
+                self.generation, self.wave, self._task, self._component, self._task, reader
+            )
+            batch.last = True
+            batches.append(batch)
+        return batches
+
     def take_acks(self) -> AckBatch:
         """This wave's acker messages, XOR-reduced per root; the buffers start over."""
         roots = [np.array(self._acked_roots, dtype=np.uint64), np.array(self._message_roots, dtype=np.uint64)]

@@ -20,7 +20,7 @@ from typing import Any
 
 from squall.model.topology import Topology
 from squall.spark.collectors import OutputCollector
-from squall.spark.protocol import Batch, EmitPlan
+from squall.spark.protocol import Batch, EmitPlan, TaskStatus
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
 
 log = logging.getLogger("squall.transactional")
@@ -31,16 +31,23 @@ class Emitted:
     """What the emitter tasks here did for one batch."""
 
     metas: dict[int, Any] = field(default_factory=dict)  # partition -> the metadata of its slice
-    emitted: int = 0
-    malformed: int = 0
+    statuses: dict[int, TaskStatus] = field(default_factory=dict)  # emitter task -> what it counted
     failure: str | None = None
+
+    @property
+    def emitted(self) -> int:
+        return sum(status.emitted for status in self.statuses.values())
+
+    @property
+    def malformed(self) -> int:
+        return sum(status.malformed for status in self.statuses.values())
 
 
 class Emitters:
     def __init__(self, topology: Topology, spout_id: str, spouts: dict[int, Any], generation: int) -> None:
         """``spouts``: each emitter task hosted here -> its spout instance."""
         self.topology, self.spout_id, self.spouts, self.generation = topology, spout_id, spouts, generation
-        self.readers = sorted({t for bolt, _ in topology.subscribers_of(spout_id) for t in topology.task_ids(bolt)})
+        self.readers = topology.reader_tasks(spout_id)
         self._emitted: dict[tuple[int, int], Any] = {}  # (txid, partition) -> metadata, for txids in flight
 
     def emit(
@@ -68,13 +75,8 @@ class Emitters:
                     log.error("batch %r: %s", attempt, done.failure)
                     return done
                 self._emitted[(attempt.txid, plan.partition)] = done.metas[plan.partition]
-            status = collector.status
-            done.emitted += status.emitted
-            done.malformed += status.malformed
-            outbox = {batch.target: batch for batch in collector.take_batches()}
-            for reader in self.readers:
-                batch = outbox.pop(reader, None) or Batch(self.generation, seq, task, self.spout_id, task, reader)
-                batch.last = True
+            done.statuses[task] = collector.status
+            for batch in collector.take_last_batches(self.readers):
                 send(batch)
         return done
 

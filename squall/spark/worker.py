@@ -228,9 +228,7 @@ class Worker:
                 if source in self.topology.bolts or settings.spouts_on_workers
             ]
             producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
-            readers = sorted(
-                {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
-            )
+            readers = self.topology.reader_tasks(component)
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
         self._release_ahead()
 
@@ -342,12 +340,7 @@ class Worker:
     def _end_wave(self, hosted: HostedTask) -> None:
         task, wave = hosted.task, hosted.wave
         collector = task.collector
-        outbox = {b.target: b for b in collector.take_batches()}
-        for reader in hosted.readers:
-            batch = outbox.pop(reader, None) or Batch(
-                self.generation, wave, task.task, task.component, task.task, reader
-            )
-            batch.last = True
+        for batch in collector.take_last_batches(hosted.readers):
             self._send(batch)
         status = collector.status
         checkpoint = self.checkpoints.get(wave)

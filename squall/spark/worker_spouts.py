@@ -112,12 +112,7 @@ class WorkerSpouts:
             make_spout=lambda _topology, component, task: new_component(shipped, component, task),
             weights=weights,
         )
-        self.readers = {
-            component: sorted(
-                {t for bolt, _ in self.topology.subscribers_of(component) for t in self.topology.task_ids(bolt)}
-            )
-            for component in self.topology.spouts
-        }
+        self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.restart(applied, bolt_tasks)
 
     def restart(self, applied: int, bolt_tasks: int) -> None:

@@ -290,15 +290,15 @@ class TransactionalRun:
             log.warning("%s: batch %r failed: %s", self.name, flight.attempt, report.failure)
             self._fail(flight.attempt)
             return
-        for task, (component, status) in report.statuses.items():
-            if report.phase != EMITTED:
-                self._count(component, task, status)
         if report.phase == EMITTED:
-            status = next(iter(report.statuses.values()), (None, TaskStatus()))[1]
+            statuses = [status for _, status in report.statuses.values()]
             flight.emitting.discard(report.worker)
-            self._emitted(flight, report.metas, status.emitted, status.malformed)
+            self._emitted(flight, report.metas, sum(s.emitted for s in statuses), sum(s.malformed for s in statuses))
             self._check_processed(flight)
-        elif report.phase == COMMITTED:
+            return
+        for task, (component, status) in report.statuses.items():
+            self._count(component, task, status)
+        if report.phase == COMMITTED:
             for component, rows in report.captured.items():
                 flight.captured[component].extend(rows)
             flight.committing.discard(report.worker)
