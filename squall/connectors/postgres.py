@@ -15,7 +15,6 @@ Keys and values are stored as JSON text (never pickle); tuple keys come back as 
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -24,7 +23,15 @@ import psycopg
 from psycopg import sql
 
 from squall.connectors.common import BrokerUnavailable, redact, with_retries
-from squall.transactional.state import KeyedState, OpaqueValue, TransactionalValue, as_key
+from squall.transactional.state import (
+    KeyedState,
+    OpaqueValue,
+    TransactionalValue,
+    as_key,
+    decode_json,
+    encode_json,
+    stored_row,
+)
 
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
 # A lost connection; also deadlocks and serialization failures, after which the transaction was rolled back.
@@ -99,7 +106,7 @@ class PostgresKeyedState(KeyedState):
     # -- reads ------------------------------------------------------------
 
     def _decode(self, value: str, prev: str | None, txid: int) -> TransactionalValue | OpaqueValue:
-        return self._value(json.loads(value), json.loads(prev) if prev is not None else None, txid)
+        return self._value(decode_json(value), decode_json(prev) if prev is not None else None, txid)
 
     def _select(
         self, conn: psycopg.Connection, encoded: Mapping[str, Any], lock: bool = False, also: tuple | None = None
@@ -124,7 +131,7 @@ class PostgresKeyedState(KeyedState):
         return found
 
     def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
-        encoded = {json.dumps(k): k for k in keys}
+        encoded = {encode_json(k): k for k in keys}
         return self._retrying("get_many", lambda conn: self._select(conn, encoded))
 
     def items(self) -> dict[Any, Any]:
@@ -132,7 +139,7 @@ class PostgresKeyedState(KeyedState):
             rows = conn.execute(
                 sql.SQL("SELECT key, value, prev, txid FROM {} WHERE value IS NOT NULL").format(self._t)
             )
-            return {as_key(json.loads(k)): self._decode(v, p, t) for k, v, p, t in rows}
+            return {as_key(decode_json(k)): self._decode(v, p, t) for k, v, p, t in rows}
 
         return self._retrying("items", read)
 
@@ -147,7 +154,7 @@ class PostgresKeyedState(KeyedState):
         writer: str | None = None,
     ) -> dict[Any, Any]:
         """One SQL transaction (see ``KeyedState.update``); an exception from ``combine`` rolls it back."""
-        encoded = {json.dumps(k): k for k in deltas}
+        encoded = {encode_json(k): k for k in deltas}
         revert = self.opaque and writer is not None
 
         def attempt(conn: psycopg.Connection) -> dict[Any, Any]:
@@ -180,16 +187,7 @@ class PostgresKeyedState(KeyedState):
                                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value, prev = excluded.prev,"
                                 " txid = excluded.txid, writer = excluded.writer"
                             ).format(self._t),
-                            [
-                                (
-                                    json.dumps(k),
-                                    json.dumps(v.value),
-                                    json.dumps(getattr(v, "prev_value", None)),
-                                    v.txid,
-                                    writer,
-                                )
-                                for k, v in new.items()
-                            ],
+                            [stored_row(text, new[k], writer) for text, k in encoded.items()],
                         )
             return new
 

@@ -79,6 +79,11 @@ def decode_json(text: str) -> Any:
     return json.loads(text)
 
 
+def stored_row(key: str, value: TransactionalValue | OpaqueValue, writer: str | None) -> tuple:
+    """What a keyed state stores for ``key`` (its JSON): ``(key, value, prev, txid, writer)``, values as JSON."""
+    return key, encode_json(value.value), encode_json(getattr(value, "prev_value", None)), value.txid, writer
+
+
 def as_key(value: Any) -> Any:
     """A JSON-decoded key, hashable again: lists become tuples."""
     return tuple(as_key(v) for v in value) if isinstance(value, list) else value
@@ -192,10 +197,7 @@ class SqliteKeyedState(KeyedState):
             self._db.executemany(
                 f"INSERT INTO {self.table} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
                 " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
-                [
-                    (text, encode_json(v.value), encode_json(getattr(v, "prev_value", None)), v.txid, writer)
-                    for text, v in ((text, new[k]) for text, k in encoded.items())
-                ],
+                [stored_row(text, new[k], writer) for text, k in encoded.items()],
             )
         except BaseException:
             self._db.execute("ROLLBACK")
