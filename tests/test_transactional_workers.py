@@ -133,3 +133,31 @@ def test_a_batch_waiting_on_something_external_holds_up_no_other_batch(spark, tm
             time.sleep(0.02)
     totals = sqlite3.connect(tmp_path / "totals.sqlite").execute("SELECT txid, count FROM totals").fetchall()
     assert sorted(totals)[:4] == [(1, 10), (2, 10), (3, 10), (4, 10)]
+
+
+class SetsAsideNegatives(MemoryTransactionalSpout):
+    """A negative number is malformed: set aside and counted, never emitted."""
+
+    def _emit(self, tx, collector, partition, start, count):
+        for (n,) in self.partitions.get(partition, [])[start : start + count]:
+            if n < 0:
+                collector.report_malformed(f"partition {partition}: {n} is negative; skipped")
+            else:
+                collector.emit([tx, n])
+
+
+def test_malformed_entries_are_counted_once_from_every_emitter_task(spark, tmp_path):
+    data = {p: [[-1 - p]] + [[p * 100 + i] for i in range(20)] for p in range(4)}
+    builder = TransactionalTopologyBuilder("aside", "spout", SetsAsideNegatives(data, ["n"], 5), 2)
+    builder.set_committer_bolt("total", Total(str(tmp_path / "totals.sqlite")), 1).global_grouping("spout")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("aside", {"topology.max.spout.pending": 3}, builder.build())
+        deadline = time.monotonic() + 120
+        while sum(tuples for _, tuples, _ in list(run.commits)) < 80:
+            assert not cluster.failures, cluster.failures
+            assert time.monotonic() < deadline, "the batches did not commit"
+            time.sleep(0.05)
+        hosts = set(run.scheduler.spout_workers.values())
+        spout = run.stats.of("spout")
+    assert len(hosts) == 2  # the two emitter tasks report from two workers
+    assert (spout.emitted, spout.malformed) == (80, 4)

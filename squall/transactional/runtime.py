@@ -149,7 +149,7 @@ class TransactionalRun:
         self.on_commit = []  # callbacks(attempt, tuples, captured)
         self.last_activity = clock.now()
         self._last_empty_commit = 0  # seq of the latest committed batch that had no tuples
-        self._malformed_counted_through = 0  # the latest txid whose malformed entries are counted
+        self._malformed_counted_through: dict[int, int] = {}  # emitter task -> latest txid whose malformed are counted
         self._quiet = 0.0  # after an empty batch: seconds until a new one begins
         self._quiet_until = 0.0  # time.monotonic()
         self.started_at = clock.now()
@@ -252,7 +252,7 @@ class TransactionalRun:
         except SquallError as exc:
             self._stop(str(exc))
             return
-        self._emitted(flight, emitted.metas, emitted.emitted, emitted.malformed)
+        self._emitted(flight, emitted.metas, emitted.statuses)
         if emitted.failure is not None:
             self._fail(attempt)
             return
@@ -264,14 +264,18 @@ class TransactionalRun:
         if not hosts:  # no bolt: nothing to process or commit
             self._check_processed(flight)
 
-    def _emitted(self, flight: TryInFlight, metas: dict[int, Any], emitted: int, malformed: int) -> None:
+    def _emitted(self, flight: TryInFlight, metas: dict[int, Any], statuses: dict[int, TaskStatus]) -> None:
         flight.metas.update(metas)
+        spout = self.stats.of(self.ttopo.spout_id)
+        emitted = sum(status.emitted for status in statuses.values())
         flight.tuples += emitted
         flight.phase = "process"
-        self.stats.of(self.ttopo.spout_id).emitted += emitted
-        if flight.attempt.txid > self._malformed_counted_through:  # a replay meets the same malformed entries
-            self._malformed_counted_through = flight.attempt.txid
-            self.stats.of(self.ttopo.spout_id).malformed += malformed
+        spout.emitted += emitted
+        txid = flight.attempt.txid
+        for task, status in statuses.items():  # a replay meets the same malformed entries: count each txid once
+            if txid > self._malformed_counted_through.get(task, 0):
+                self._malformed_counted_through[task] = txid
+                spout.malformed += status.malformed
         if emitted:
             self.last_activity = self.clock.now()
 
@@ -291,9 +295,8 @@ class TransactionalRun:
             self._fail(flight.attempt)
             return
         if report.phase == EMITTED:
-            statuses = [status for _, status in report.statuses.values()]
             flight.emitting.discard(report.worker)
-            self._emitted(flight, report.metas, sum(s.emitted for s in statuses), sum(s.malformed for s in statuses))
+            self._emitted(flight, report.metas, {task: status for task, (_, status) in report.statuses.items()})
             self._check_processed(flight)
             return
         for task, (component, status) in report.statuses.items():
