@@ -12,8 +12,9 @@ HOT_PATH := squall/model/tuple.py squall/model/groupings.py squall/model/hashing
 
 setup: $(COMPILED)
 
-$(STAMP): pyproject.toml scripts/ensure-system-packages.sh
+$(STAMP): pyproject.toml scripts/ensure-system-packages.sh scripts/ensure-kafka.sh scripts/kafka/pom.xml
 	bash scripts/ensure-system-packages.sh
+	bash scripts/ensure-kafka.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'

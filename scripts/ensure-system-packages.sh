@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages squall needs when they are missing:
 # a Java runtime (17+) for Spark, and the servers the tests start
-# (redis-server, rabbitmq-server, postgresql, zookeeper), Chromium with its
+# (redis-server, rabbitmq-server, postgresql, zookeeper; Maven, which fetches
+# Kafka's broker jars: scripts/ensure-kafka.sh), Chromium with its
 # driver for the web page's browser test, and a C compiler with Python's headers
 # and zlib's, for the per-tuple modules Cython compiles (setup.py).
 # Run as root (or with sudo available).
@@ -17,6 +18,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || need+=(rabbitmq-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -f /usr/share/zookeeper/bin/zkServer.sh ] || need+=(zookeeper)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)  # the key hash links zlib
 python3 -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \

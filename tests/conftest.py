@@ -77,6 +77,16 @@ def postgres_server():
     server.close()
 
 
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory):
+    """One Kafka broker for the session; each test uses topics and groups of its own."""
+    from servers import KafkaServer
+
+    server = KafkaServer(tmp_path_factory.mktemp("kafka"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def zookeeper_server(tmp_path_factory):
     from servers import ZooKeeperServer

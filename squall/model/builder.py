@@ -125,9 +125,8 @@ class TopologyBuilder:
             tasks = tuple(range(next_task, next_task + d.parallelism))
             next_task += d.parallelism
             inputs = tuple(Subscription(src, stream, g) for src, stream, g, _ in d.inputs)
-            components[cid] = ComponentSpec(
-                cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, dict(d.conf), tasks
-            )
+            conf_of = {**component_configuration(d), **d.conf}  # the declarer's settings win, as in Storm
+            components[cid] = ComponentSpec(cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, conf_of, tasks)
         order = {d.id: i for i, d in enumerate(self._declared)}
         components = dict(sorted(components.items(), key=lambda kv: order[kv[0]]))
         return Topology(components, conf or {})
@@ -148,6 +147,7 @@ class TopologyBuilder:
             if not isinstance(p, int) or isinstance(p, bool) or p < 1:
                 raise InvalidTopologyError(f"{d.kind} {d.id!r}: parallelism must be an int >= 1, got {p!r}")
             check_config(d.conf, where=f"{d.kind} {d.id!r} config")
+            check_config(component_configuration(d), where=f"{d.kind} {d.id!r} get_component_configuration()")
             _check_component_type(d)
         return by_id
 
@@ -219,3 +219,12 @@ def _check_acyclic(declared: list[_Declared]) -> None:
     for d in declared:
         if d.id not in state:
             visit(d.id)
+
+
+def component_configuration(d: _Declared) -> dict[str, Any]:
+    """The config a component asks for itself (Storm's ``getComponentConfiguration``)."""
+    own = getattr(d.obj, "get_component_configuration", None)
+    conf = own() if callable(own) else None
+    if conf is not None and not isinstance(conf, Mapping):
+        raise InvalidTopologyError(f"{d.kind} {d.id!r}: get_component_configuration() must return a dict or None")
+    return dict(conf or {})

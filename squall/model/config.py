@@ -19,6 +19,7 @@ TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
 TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"
+TOPOLOGY_NAME = "topology.name"  # set by the runtime: the name the topology was submitted under
 # True: shuffle groupings deal tuples evenly, whatever the workers' loads (Storm's key; squall/spark/load.py)
 TOPOLOGY_DISABLE_LOADAWARE_MESSAGING = "topology.disable.loadaware.messaging"
 TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS = "topology.state.checkpoint.interval.ms"  # stateful bolts' checkpoints
@@ -48,6 +49,8 @@ SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"
 SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
 SQUALL_AMQP_URL = "squall.amqp.url"  # amqp://guest:guest@127.0.0.1:5672/%2F
 SQUALL_POSTGRESQL_URL = "squall.postgresql.url"  # postgresql://user@127.0.0.1:5432/db
+SQUALL_KAFKA_BOOTSTRAP_SERVERS = "squall.kafka.bootstrap.servers"  # 127.0.0.1:9092[,host:port...]
+SQUALL_RUN_ID = "squall.run.id"  # set by the runtime: this submission's id, new each time a topology is submitted
 
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ACKER_EXECUTORS: None,  # one per worker, as Storm's default since 1.0
@@ -79,6 +82,9 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_REDIS_URL: None,
     SQUALL_AMQP_URL: None,
     SQUALL_POSTGRESQL_URL: None,
+    SQUALL_KAFKA_BOOTSTRAP_SERVERS: None,
+    TOPOLOGY_NAME: None,
+    SQUALL_RUN_ID: None,
 }
 
 
@@ -191,6 +197,9 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),
     SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),
     SQUALL_POSTGRESQL_URL: _optional(_url("postgresql", "postgres")),
+    SQUALL_KAFKA_BOOTSTRAP_SERVERS: _optional(_non_empty_str),
+    TOPOLOGY_NAME: _optional(_non_empty_str),
+    SQUALL_RUN_ID: _optional(_non_empty_str),
 }
 
 

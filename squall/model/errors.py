@@ -19,3 +19,13 @@ class FailedException(Exception):
 
 class TopologyFailed(SquallError):
     """A failure no retry can fix stopped the topology; the message names the component, the task and the cause."""
+
+
+FATAL_MARK = "[squall:fatal]"  # marks, inside a worker's error text, a failure no retry can fix
+
+
+class FatalError(SquallError):
+    """Raised where a retry cannot help (a batch whose records are gone, say): the topology stops, naming it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{FATAL_MARK} {message}")

@@ -87,6 +87,7 @@ class TopologyRun:
         self.clock = clock
         self.capture = capture
         self.run_id = f"{name}-{uuid.uuid4().hex[:12]}"
+        self.conf[cfg.TOPOLOGY_NAME], self.conf[cfg.SQUALL_RUN_ID] = name, self.run_id
         self.stats = RunStats()
         self.captured: dict[str, list[tuple]] = defaultdict(list)
         self.spouts_on_workers = spouts_on_workers and bool(topology.bolts)

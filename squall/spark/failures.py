@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import traceback
 
-from squall.model.errors import SquallError
-
-FATAL_MARK = "[squall:fatal]"
+from squall.model.errors import FATAL_MARK, SquallError
 
 
 class TaskSetupError(SquallError):

@@ -106,6 +106,7 @@ class TransactionalRun:
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"
+        self.conf[cfg.TOPOLOGY_NAME], self.conf[cfg.SQUALL_RUN_ID] = name, self.run_id
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         spout_id = ttopo.spout_id
         pickle_component(spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
@@ -254,7 +255,11 @@ class TransactionalRun:
             return
         self._emitted(flight, emitted.metas, emitted.statuses)
         if emitted.failure is not None:
-            self._fail(attempt)
+            fatal = fatal_message(RuntimeError(emitted.failure))
+            if fatal is not None:
+                self._stop(fatal)
+            else:
+                self._fail(attempt)
             return
         per_worker: dict[int, list[Batch]] = {w: [] for w in hosts}
         for batch in batches:

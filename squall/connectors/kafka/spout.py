@@ -1,0 +1,432 @@
+"""``KafkaSpout``: storm-kafka-client's spout, on confluent-kafka.
+
+Guarantee (``AT_LEAST_ONCE``, the default): every record is emitted with its ``(topic, partition, offset)`` as
+its msg id, and a partition's offset is committed only past its contiguous acked prefix, as Storm's
+``OffsetManager`` commits. A failed record waits out its backoff and is emitted again; after ``max_retries`` it
+is given up (logged, counted) and its offset may be committed. After a restart, consumption resumes from the
+committed offsets: nothing acked is lost and nothing unacked is skipped; records emitted but not yet committed
+when a spout dies are emitted again (at-least-once).
+
+``AT_MOST_ONCE`` commits each poll's offsets before emitting its records, unanchored; ``NO_GUARANTEE`` emits
+unanchored and commits the consumer's position every ``offset_commit_period_ms``.
+
+Partitions are read by the spout tasks with one consumer each, manually assigned: the partitions of the
+subscribed topics, sorted, go round-robin over the tasks (Storm's ``RoundRobinManualPartitioner``), looked up
+again every ``partition_refresh_period_ms`` so that new partitions and topics are picked up. The tasks run
+where squall runs spouts: on the executors under ``LocalCluster`` and ``squall run``.
+
+A record the translator cannot decode is malformed: logged, counted, acked (it never blocks its partition),
+and copied to ``dead_letter_topic`` if one is set.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from squall.connectors.kafka import client
+from squall.connectors.kafka.offsets import OffsetManager, RetryExponentialBackoff, RetrySchedule
+from squall.connectors.queue import MalformedMessage, decode_values
+from squall.model.components import DEFAULT_STREAM, Spout
+from squall.model.config import SQUALL_RUN_ID, TOPOLOGY_NAME
+from squall.model.fields import Fields, as_fields
+from squall.time import now
+
+log = logging.getLogger("squall.connectors.kafka")
+
+__all__ = [
+    "FirstPollOffsetStrategy",
+    "JsonTranslator",
+    "KafkaSpout",
+    "ProcessingGuarantee",
+    "RecordTranslator",
+    "Routed",
+]
+
+
+class FirstPollOffsetStrategy(enum.Enum):
+    """Where a partition is first read from, as storm-kafka-client's strategy of the same name.
+
+    ``EARLIEST``/``LATEST``: the log's start or end, whatever was committed, unless this submission of the
+    topology committed it (a spout task restarted within the run resumes). ``UNCOMMITTED_EARLIEST`` (the
+    default)/``UNCOMMITTED_LATEST``: the group's committed offset, else the start or end."""
+
+    EARLIEST = "EARLIEST"
+    LATEST = "LATEST"
+    UNCOMMITTED_EARLIEST = "UNCOMMITTED_EARLIEST"
+    UNCOMMITTED_LATEST = "UNCOMMITTED_LATEST"
+
+
+class ProcessingGuarantee(enum.Enum):
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+    AT_MOST_ONCE = "AT_MOST_ONCE"
+    NO_GUARANTEE = "NO_GUARANTEE"
+
+
+class Routed(tuple):
+    """A translator's result for a stream other than ``default``: ``Routed((stream, values))``."""
+
+    @property
+    def stream(self) -> str:
+        return self[0]
+
+    @property
+    def values(self) -> Sequence[Any]:
+        return self[1]
+
+
+class RecordTranslator:
+    """Storm's default translator: the fields ``topic, partition, offset, key, value``, key and value as text.
+
+    Subclass it (or pass a function to ``KafkaSpout(translator=...)``) to map a record to other values: return
+    the values for the ``default`` stream, ``Routed((stream, values))`` for another, or None to emit nothing.
+    Raise ``MalformedMessage`` (or ``ValueError``) for a record that cannot be decoded."""
+
+    outputs: Mapping[str, Sequence[str]] = {DEFAULT_STREAM: ("topic", "partition", "offset", "key", "value")}
+
+    def __call__(self, record: Any) -> Sequence[Any] | Routed | None:
+        key, value = record.key(), record.value()
+        return (
+            record.topic(),
+            record.partition(),
+            record.offset(),
+            None if key is None else key.decode(),
+            None if value is None else value.decode(),
+        )
+
+
+class JsonTranslator(RecordTranslator):
+    """A record's value is JSON: a list of values, an object keyed by field, or a lone value for one field."""
+
+    def __init__(self, fields: Sequence[str] | Fields, stream: str = DEFAULT_STREAM) -> None:
+        self.fields, self.stream = as_fields(fields), stream
+        self.outputs = {stream: tuple(self.fields)}
+
+    def __call__(self, record: Any) -> Sequence[Any] | Routed | None:
+        raw = record.value()
+        if raw is None:
+            return None  # a tombstone
+        values = decode_values(raw.decode(), self.fields)
+        return values if self.stream == DEFAULT_STREAM else Routed((self.stream, values))
+
+
+class _FunctionTranslator(RecordTranslator):
+    def __init__(self, function: Callable[[Any], Any], outputs: Mapping[str, Sequence[str]]) -> None:
+        self.function, self.outputs = function, outputs
+
+    def __call__(self, record: Any) -> Any:
+        return self.function(record)
+
+
+MsgId = tuple  # (topic, partition, offset)
+
+
+class KafkaSpout(Spout):
+    """Reads ``topics`` (a list of names, or a regex pattern) in consumer group ``group_id``.
+
+    ``bootstrap_servers`` defaults to config ``squall.kafka.bootstrap.servers``. ``translator`` maps a record to
+    a tuple (default: ``RecordTranslator``); a plain function needs ``fields`` (or ``streams``) declared.
+    ``consumer_config`` adds librdkafka settings (``max.poll.records`` has no equivalent: ``poll_records``)."""
+
+    def __init__(
+        self,
+        topics: Sequence[str] | str | re.Pattern,
+        bootstrap_servers: str | None = None,
+        group_id: str = "squall",
+        *,
+        first_poll_offset_strategy: FirstPollOffsetStrategy = FirstPollOffsetStrategy.UNCOMMITTED_EARLIEST,
+        processing_guarantee: ProcessingGuarantee = ProcessingGuarantee.AT_LEAST_ONCE,
+        offset_commit_period_ms: int = 30_000,
+        max_uncommitted_offsets: int = 10_000_000,
+        poll_timeout_ms: int = 200,
+        poll_records: int = 500,
+        partition_refresh_period_ms: int = 2_000,
+        translator: RecordTranslator | Callable[[Any], Any] | None = None,
+        fields: Sequence[str] | Fields | None = None,
+        streams: Mapping[str, Sequence[str]] | None = None,
+        emit_null_tuples: bool = False,
+        retry: RetryExponentialBackoff | None = None,
+        dead_letter_topic: str | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if isinstance(topics, str):
+            topics = [topics]
+        if not isinstance(topics, re.Pattern) and (not topics or not all(isinstance(t, str) and t for t in topics)):
+            raise ValueError(f"KafkaSpout topics must be topic names or a regex pattern, got {topics!r}")
+        self.topics = topics if isinstance(topics, re.Pattern) else tuple(topics)
+        self.bootstrap_servers, self.group_id = bootstrap_servers, group_id
+        self.first_poll_offset_strategy = FirstPollOffsetStrategy(first_poll_offset_strategy)
+        self.processing_guarantee = ProcessingGuarantee(processing_guarantee)
+        for name, value, low in (
+            ("offset_commit_period_ms", offset_commit_period_ms, 1),
+            ("max_uncommitted_offsets", max_uncommitted_offsets, 1),
+            ("poll_timeout_ms", poll_timeout_ms, 0),
+            ("poll_records", poll_records, 1),
+            ("partition_refresh_period_ms", partition_refresh_period_ms, 1),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"KafkaSpout {name} must be an int >= {low}, got {value!r}")
+        self.offset_commit_period_ms, self.max_uncommitted_offsets = offset_commit_period_ms, max_uncommitted_offsets
+        self.poll_timeout_ms, self.poll_records = poll_timeout_ms, poll_records
+        self.partition_refresh_period_ms = partition_refresh_period_ms
+        if translator is None:
+            translator = JsonTranslator(fields) if fields is not None else RecordTranslator()
+        elif not isinstance(translator, RecordTranslator):
+            if fields is None and streams is None:
+                raise ValueError("KafkaSpout: a translator function needs the fields (or streams) it emits declared")
+            translator = _FunctionTranslator(translator, streams or {DEFAULT_STREAM: tuple(as_fields(fields))})
+        self.translator = translator
+        self.outputs = {stream: tuple(names) for stream, names in translator.outputs.items()}
+        self.emit_null_tuples = emit_null_tuples
+        self.retry = retry or RetryExponentialBackoff()
+        self.dead_letter_topic = dead_letter_topic
+        self.consumer_config = dict(consumer_config or {})
+        self.given_up = 0  # records past their maximum retries, in this task
+
+    # -- lifecycle -------------------------------------------------------------
+    def open(self, conf, context, collector) -> None:
+        self._collector = collector
+        self._name = f"spout {context.component_id} task {context.task_id}"
+        self._task_index, self._task_count = context.task_index, len(context.this_component_tasks)
+        self._servers = client.servers_from(self.bootstrap_servers, conf, self._name)
+        self._commit_metadata = json.dumps(
+            {"topology": conf.get(TOPOLOGY_NAME), "run": conf.get(SQUALL_RUN_ID), "task": context.task_id}
+        )
+        self._run = conf.get(SQUALL_RUN_ID)
+        self._consumer = client.consumer(self._servers, self.group_id, self.consumer_config)
+        client.check_reachable(self._consumer, self._servers, self._name)
+        self._producer = None  # for the dead-letter topic, made on first use
+        self._offsets: dict[tuple[str, int], OffsetManager] = {}  # the partitions this task reads
+        self._paused: set[tuple[str, int]] = set()
+        self._unsent: dict[tuple[str, int], int] = {}  # offsets whose commit failed, to commit again
+        self._buffer: deque[Any] = deque()  # polled records not emitted yet
+        self._in_flight: dict[MsgId, tuple[str, Sequence[Any]]] = {}  # emitted, not acked: (stream, values)
+        self._retries = RetrySchedule(self.retry)
+        self._due: deque[MsgId] = deque()  # failed records whose backoff has passed, to emit again
+        self._last_commit = self._last_refresh = time.monotonic()
+        self._active = True
+        self._refresh_assignment()
+
+    def activate(self) -> None:
+        self._active = True
+
+    def deactivate(self) -> None:
+        """Acks and fails still arrive; what is committable is committed."""
+        self._active = False
+        self._commit()
+
+    def close(self) -> None:
+        try:
+            self._commit()
+        finally:
+            self._consumer.close()
+            if self._producer is not None:
+                self._producer.flush(10)
+
+    # -- assignment -------------------------------------------------------------
+    def _partitions(self) -> list[tuple[str, int]]:
+        """Every partition of the subscribed topics, sorted."""
+        try:
+            meta = self._consumer.list_topics(timeout=client.CONNECT_TIMEOUT)
+        except KafkaException as exc:
+            log.warning("%s: cannot list Kafka's topics (%s); keeping the partitions it has", self._name, exc)
+            return sorted(self._offsets)
+        if isinstance(self.topics, re.Pattern):
+            names = [t for t in meta.topics if self.topics.fullmatch(t) and not t.startswith("__")]
+        else:
+            names = [t for t in self.topics if t in meta.topics and meta.topics[t].error is None]
+        return sorted((t, p) for t in names for p in meta.topics[t].partitions)
+
+    def _refresh_assignment(self) -> None:
+        """Take this task's round-robin share of the partitions; commit and forget those no longer its own."""
+        self._last_refresh = time.monotonic()
+        everything = self._partitions()
+        mine = {tp for i, tp in enumerate(everything) if i % self._task_count == self._task_index}
+        revoked, added = set(self._offsets) - mine, sorted(mine - set(self._offsets))
+        if revoked:
+            self._commit()
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in revoked])
+            for tp in revoked:
+                del self._offsets[tp]
+                self._unsent.pop(tp, None)
+            self._paused -= revoked
+            self._buffer = deque(r for r in self._buffer if (r.topic(), r.partition()) not in revoked)
+            self._in_flight = {m: v for m, v in self._in_flight.items() if m[:2] not in revoked}
+            self._retries.forget_where(lambda m: m[:2] not in revoked)
+            self._due = deque(m for m in self._due if m[:2] not in revoked)
+            log.info("%s: partitions %s moved to other tasks", self._name, sorted(revoked))
+        if added:
+            starts = self._first_offsets(added)
+            self._consumer.incremental_assign([TopicPartition(t, p, starts[(t, p)]) for t, p in added])
+            log.info("%s: reading partitions %s", self._name, added)
+
+    def _first_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        asked = [TopicPartition(t, p) for t, p in partitions]
+        committed = client.with_retries(f"{self._name}: committed offsets", lambda: self._consumer.committed(asked, 30))
+        strategy = self.first_poll_offset_strategy
+        earliest = strategy in (FirstPollOffsetStrategy.EARLIEST, FirstPollOffsetStrategy.UNCOMMITTED_EARLIEST)
+        starts: dict[tuple[str, int], int] = {}
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            resume = tp.offset >= 0
+            if resume and strategy in (FirstPollOffsetStrategy.EARLIEST, FirstPollOffsetStrategy.LATEST):
+                resume = self._committed_by_this_run(tp.metadata)
+            if resume:
+                starts[key] = tp.offset
+            else:
+                low, high = client.with_retries(
+                    f"{self._name}: offsets of {key}",
+                    lambda key=key: self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=30),
+                )
+                starts[key] = low if earliest else high
+            self._offsets[key] = OffsetManager(starts[key])
+        return starts
+
+    def _committed_by_this_run(self, metadata: str | None) -> bool:
+        try:
+            return self._run is not None and json.loads(metadata or "{}").get("run") == self._run
+        except ValueError:
+            return False
+
+    # -- emitting ---------------------------------------------------------------
+    def next_tuple(self) -> None:
+        if time.monotonic() - self._last_refresh > self.partition_refresh_period_ms / 1000.0:
+            self._refresh_assignment()
+        if time.monotonic() - self._last_commit > self.offset_commit_period_ms / 1000.0:
+            self._commit()
+        if not self._active:
+            return
+        self._due.extend(self._retries.due(now()))
+        while self._due:
+            msg_id = self._due.popleft()
+            if msg_id in self._in_flight:
+                stream, values = self._in_flight[msg_id]
+                self._collector.emit(values, stream=stream, msg_id=msg_id)
+                return
+        while True:
+            if not self._buffer and not self._poll():
+                return
+            if self._emit(self._buffer.popleft()):
+                return
+
+    def _poll(self) -> bool:
+        self._pause_full_partitions()
+        records = self._consumer.consume(self.poll_records, self.poll_timeout_ms / 1000.0)
+        for record in records:
+            error = record.error()
+            if error is None:
+                self._buffer.append(record)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: %s", self._name, error)
+        if self._buffer and self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE:
+            last: dict[tuple[str, int], int] = {}
+            for record in self._buffer:
+                last[(record.topic(), record.partition())] = record.offset()
+            self._commit_offsets({tp: offset + 1 for tp, offset in last.items()}, asynchronous=False)
+        return bool(self._buffer)
+
+    def _pause_full_partitions(self) -> None:
+        """A partition with ``max_uncommitted_offsets`` emitted and not committed is not polled until it commits."""
+        if self.processing_guarantee is not ProcessingGuarantee.AT_LEAST_ONCE:
+            return
+        full = {tp for tp, offsets in self._offsets.items() if offsets.uncommitted >= self.max_uncommitted_offsets}
+        if full != self._paused:
+            if full - self._paused:
+                self._consumer.pause([TopicPartition(t, p) for t, p in full - self._paused])
+            if self._paused - full:
+                self._consumer.resume([TopicPartition(t, p) for t, p in self._paused - full])
+            self._paused = full
+
+    def _emit(self, record: Any) -> bool:
+        """Emit one polled record; False when it emits nothing (malformed, or a null tuple not emitted)."""
+        key = (record.topic(), record.partition())
+        offsets = self._offsets.get(key)
+        if offsets is None:  # its partition moved to another task after the poll
+            return False
+        msg_id = (record.topic(), record.partition(), record.offset())
+        try:
+            result = self.translator(record)
+        except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
+            self._malformed(record, exc)
+            result = None
+        tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
+        if result is None and not self.emit_null_tuples:
+            if tracked:  # nothing to wait for: the offset counts as acked
+                offsets.emitted(record.offset())
+                offsets.acked(record.offset())
+            return False
+        stream, values = (result.stream, result.values) if isinstance(result, Routed) else (DEFAULT_STREAM, result)
+        values = () if values is None else values
+        if not tracked:
+            self._collector.emit(values, stream=stream)
+            return True
+        offsets.emitted(record.offset())
+        self._in_flight[msg_id] = (stream, values)
+        self._collector.emit(values, stream=stream, msg_id=msg_id)
+        return True
+
+    def _malformed(self, record: Any, error: BaseException) -> None:
+        where = f"topic {record.topic()} partition {record.partition()} offset {record.offset()}"
+        moved = f"; copied to {self.dead_letter_topic}" if self.dead_letter_topic else ""
+        self._collector.report_malformed(f"{where}: {error}{moved}; acked")
+        if self.dead_letter_topic:
+            if self._producer is None:
+                self._producer = client.producer(self._servers)
+            headers = {"squall.reason": str(error)[:500], "squall.source": where}
+            self._producer.produce(self.dead_letter_topic, value=record.value(), key=record.key(), headers=headers)
+            self._producer.poll(0)
+
+    # -- acking -------------------------------------------------------------------
+    def ack(self, msg_id: MsgId) -> None:
+        if self._in_flight.pop(msg_id, None) is None:
+            return  # its partition moved to another task: that task reads it from the last commit
+        self._retries.forget(msg_id)
+        self._offsets[msg_id[:2]].acked(msg_id[2])
+
+    def fail(self, msg_id: MsgId) -> None:
+        if msg_id not in self._in_flight:
+            return
+        if not self._retries.schedule(msg_id, now()):
+            self.given_up += 1
+            self._collector.report_error(
+                RuntimeError(f"{self._name}: record {msg_id} failed more than {self.retry.max_retries} times; given up")
+            )
+            self.ack(msg_id)
+
+    # -- committing ----------------------------------------------------------------
+    def _commit(self) -> None:
+        self._last_commit = time.monotonic()
+        if self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE:
+            for tp, offsets in self._offsets.items():
+                offset = offsets.next_commit()
+                if offset is not None:
+                    self._unsent[tp] = offset
+            due, self._unsent = self._unsent, {}
+            self._unsent = self._commit_offsets(due, asynchronous=False)
+        elif self.processing_guarantee is ProcessingGuarantee.NO_GUARANTEE:
+            try:
+                positions = self._consumer.position([TopicPartition(t, p) for t, p in self._offsets])
+            except KafkaException as exc:
+                log.warning("%s: cannot read positions: %s", self._name, exc)
+                return
+            self._commit_offsets({(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}, True)
+
+    def _commit_offsets(self, offsets: dict[tuple[str, int], int], asynchronous: bool) -> dict[tuple[str, int], int]:
+        """Commit ``offsets``; what could not be committed (the broker is away), to be tried again."""
+        if not offsets:
+            return {}
+        partitions = [TopicPartition(t, p, o, metadata=self._commit_metadata) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.commit(offsets=partitions, asynchronous=asynchronous)
+        except KafkaException as exc:
+            log.warning("%s: commit of %s failed: %s; tried again at the next commit", self._name, offsets, exc)
+            return {tp: o for tp, o in offsets.items() if tp in self._offsets}
+        return {}
