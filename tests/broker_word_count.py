@@ -1,15 +1,16 @@
-"""Word count from a broker (RabbitMQ or Redis Streams) that writes down every word it counts.
+"""Word count from a broker (RabbitMQ, Redis Streams or Kafka) that writes down every word it counts.
 
 Messages are ``{"id": n, "sentence": "..."}``. Each count task appends a line
 ``<message id> <word>`` to a file of its own before the tuple is acked, so a
 test can tell which messages were counted, and how many times. The broker's URL
-comes from the config key ``squall.amqp.url`` or ``squall.redis.url``.
+comes from the config key ``squall.amqp.url``, ``squall.redis.url`` or ``squall.kafka.bootstrap.servers``.
 """
 
 import os
 from pathlib import Path
 
 from squall import BasicBolt, TopologyBuilder
+from squall.connectors.kafka import KafkaSpout
 from squall.connectors.rabbitmq import RabbitMQSpout
 from squall.connectors.redis_streams import RedisStreamSpout
 
@@ -59,14 +60,20 @@ class CountWords(BasicBolt):
 
 
 def build_topology(conf):
+    spouts = 1
     if conf["test.source"] == "rabbitmq":
         spout = RabbitMQSpout(conf["test.queue"], fields=["id", "sentence"])
+    elif conf["test.source"] == "kafka":
+        spout = KafkaSpout(
+            conf["test.queue"], None, "word-count", fields=["id", "sentence"], offset_commit_period_ms=1000
+        )
+        spouts = 2
     else:
         spout = RedisStreamSpout(
             None, conf["test.queue"], fields=["id", "sentence"], claim_idle_ms=int(conf["test.claim_idle_ms"])
         )
     b = TopologyBuilder()
-    b.set_spout("broker", spout)
+    b.set_spout("broker", spout, spouts)
     split = SplitWords(conf.get("test.crash_marker"), int(conf.get("test.crash_after", 0)))
     b.set_bolt("split", split, 2).shuffle_grouping("broker")
     b.set_bolt("count", CountWords(str(conf["test.out"])), 2).fields_grouping("split", ["word"])

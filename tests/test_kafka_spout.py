@@ -146,7 +146,7 @@ def test_commits_stop_at_the_first_unacked_offset_and_a_restart_resumes_there(ka
         if n not in (4, 7):
             spout.ack(msg_id)
     spout.fail(got[4][1])  # a failed offset holds the commit back as a pending one does
-    spout._commit()
+    spout._commit(final=True)
     assert committed_offsets(kafka_server.servers, group, topic) == {0: 4}
     spout.close()
 
@@ -176,7 +176,7 @@ def test_a_failed_record_is_emitted_again_no_sooner_than_its_backoff(kafka_serve
     with simulated_time(200.0):
         assert drain(spout, recorder, 3) == []  # a third failure is past max_retries: given up, and acked
     assert spout.given_up == 1 and "given up" in recorder.errors[0]
-    spout._commit()
+    spout._commit(final=True)
     assert committed_offsets(kafka_server.servers, spout.group_id, topic) == {0: 1}
     spout.close()
 

@@ -128,6 +128,8 @@ class _FunctionTranslator(RecordTranslator):
 
 MsgId = tuple  # (topic, partition, offset)
 
+REFRESH_TIMEOUT = 1.0  # seconds a partition refresh may wait for metadata: the spout's thread must not stall
+
 
 class KafkaSpout(Spout):
     """Reads ``topics`` (a list of names, or a regex pattern) in consumer group ``group_id``.
@@ -201,7 +203,9 @@ class KafkaSpout(Spout):
             {"topology": conf.get(TOPOLOGY_NAME), "run": conf.get(SQUALL_RUN_ID), "task": context.task_id}
         )
         self._run = conf.get(SQUALL_RUN_ID)
-        self._consumer = client.consumer(self._servers, self.group_id, self.consumer_config)
+        self._consumer = client.consumer(
+            self._servers, self.group_id, {"on_commit": self._committed, **self.consumer_config}
+        )
         client.check_reachable(self._consumer, self._servers, self._name)
         self._producer = None  # for the dead-letter topic, made on first use
         self._offsets: dict[tuple[str, int], OffsetManager] = {}  # the partitions this task reads
@@ -225,7 +229,7 @@ class KafkaSpout(Spout):
 
     def close(self) -> None:
         try:
-            self._commit()
+            self._commit(final=True)
         finally:
             self._consumer.close()
             if self._producer is not None:
@@ -235,7 +239,7 @@ class KafkaSpout(Spout):
     def _partitions(self) -> list[tuple[str, int]]:
         """Every partition of the subscribed topics, sorted."""
         try:
-            meta = self._consumer.list_topics(timeout=client.CONNECT_TIMEOUT)
+            meta = self._consumer.list_topics(timeout=REFRESH_TIMEOUT)
         except KafkaException as exc:
             log.warning("%s: cannot list Kafka's topics (%s); keeping the partitions it has", self._name, exc)
             return sorted(self._offsets)
@@ -402,7 +406,9 @@ class KafkaSpout(Spout):
             self.ack(msg_id)
 
     # -- committing ----------------------------------------------------------------
-    def _commit(self) -> None:
+    def _commit(self, final: bool = False) -> None:
+        """Commit what may be committed: asynchronously while running (a broker that is away must not stall the
+        spout; a failed commit comes back through ``_committed``), synchronously at ``close``."""
         self._last_commit = time.monotonic()
         if self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE:
             for tp, offsets in self._offsets.items():
@@ -410,7 +416,7 @@ class KafkaSpout(Spout):
                 if offset is not None:
                     self._unsent[tp] = offset
             due, self._unsent = self._unsent, {}
-            self._unsent = self._commit_offsets(due, asynchronous=False)
+            self._commit_offsets(due, asynchronous=not final)
         elif self.processing_guarantee is ProcessingGuarantee.NO_GUARANTEE:
             try:
                 positions = self._consumer.position([TopicPartition(t, p) for t, p in self._offsets])
@@ -419,14 +425,22 @@ class KafkaSpout(Spout):
                 return
             self._commit_offsets({(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}, True)
 
-    def _commit_offsets(self, offsets: dict[tuple[str, int], int], asynchronous: bool) -> dict[tuple[str, int], int]:
-        """Commit ``offsets``; what could not be committed (the broker is away), to be tried again."""
+    def _commit_offsets(self, offsets: dict[tuple[str, int], int], asynchronous: bool) -> None:
         if not offsets:
-            return {}
+            return
         partitions = [TopicPartition(t, p, o, metadata=self._commit_metadata) for (t, p), o in offsets.items()]
         try:
             self._consumer.commit(offsets=partitions, asynchronous=asynchronous)
         except KafkaException as exc:
-            log.warning("%s: commit of %s failed: %s; tried again at the next commit", self._name, offsets, exc)
-            return {tp: o for tp, o in offsets.items() if tp in self._offsets}
-        return {}
+            self._committed(exc.args[0] if exc.args else exc, partitions)
+
+    def _committed(self, error: Any, partitions: list[TopicPartition]) -> None:
+        """A commit's outcome (librdkafka calls it from ``consume``): what failed is committed again next time."""
+        failed = [tp for tp in partitions if error is not None or tp.error is not None]
+        if not failed or not hasattr(self, "_offsets"):
+            return
+        log.warning("%s: commit failed (%s); tried again at the next commit", self._name, error or failed[0].error)
+        for tp in failed:
+            key = (tp.topic, tp.partition)
+            if key in self._offsets and self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE:
+                self._unsent[key] = max(self._unsent.get(key, tp.offset), tp.offset)
