@@ -83,7 +83,7 @@ class KafkaBolt(Bolt):
         self._delivered: list[tuple[Any, Any]] = []  # (tuple, error or None), from delivery reports
 
     def execute(self, tup) -> None:
-        if not tup.is_tick():
+        if not tup.is_tick:
             self._send(tup)
         self._producer.poll(0)
         self._settle()

@@ -38,6 +38,7 @@ from squall.transactional.spouts import (
 log = logging.getLogger("squall.connectors.kafka")
 
 READ_TIMEOUT = 30.0  # seconds to read a range the log holds before the batch fails (and is tried again)
+FIRST_FETCH = 2.0  # seconds a new batch waits for its first records after the partition is assigned
 
 
 class _KafkaBatches:
@@ -110,8 +111,10 @@ class _KafkaBatches:
             if batch:
                 continue
             position = max(position, min(consumer.position([tp])[0].offset, end))  # past transaction markers
-            if position >= end or stop is None:  # a new batch takes what the log holds now
+            if position >= end:
                 break
+            if stop is None and (records or time.monotonic() > deadline - READ_TIMEOUT + FIRST_FETCH):
+                break  # a new batch takes what the log delivers now (records past an open transaction wait)
             if time.monotonic() > deadline:
                 raise KafkaException(
                     f"topic {self.topic} partition {partition}: offsets {position} to {end - 1} "
