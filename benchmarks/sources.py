@@ -1,4 +1,4 @@
-"""Word count throughput by source: in memory, the embedded queue, RabbitMQ and Redis Streams.
+"""Throughput by source: word count from memory, the embedded queue, RabbitMQ and Redis Streams; and Kafka.
 
 All squall runs share one local Spark context, the same sentences and the same
 settings (acked, waves of 5,000, max pending 5,000). Figures are ratios within
@@ -6,8 +6,14 @@ this run: each source against the in-memory spout, and each broker's own drain
 rate (a plain consumer that reads and acks, no squall) for scale. Prints one
 ``name=value`` per line.
 
+Kafka is measured as storm-kafka-client's users measure their spout: a ``KafkaSpout`` (2 tasks, acked) feeding a
+no-op bolt, in messages per second until every message is acked, beside a bare confluent-kafka consumer loop that
+reads the same topic, decodes each value and commits, in the same run. Without ``--kafka-servers`` a broker is
+started for the run (``LocalKafkaBroker``; ``scripts/ensure-kafka.sh`` fetches its jars).
+
     python benchmarks/sources.py [--sentences 20000] [--master local[2]] \\
-        [--amqp-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis-url redis://127.0.0.1:6379/0]
+        [--amqp-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis-url redis://127.0.0.1:6379/0] \\
+        [--kafka-servers 127.0.0.1:9092] [--kafka-messages 200000] [--only kafka]
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from pathlib import Path
 
 from squall import BasicBolt, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
+from squall.connectors.kafka import KafkaSpout, create_topic, produce
+from squall.connectors.kafka.client import consumer as kafka_consumer
+from squall.connectors.kafka.local_broker import LocalKafkaBroker
 from squall.connectors.rabbitmq import RabbitMQSpout, connect, publish
 from squall.connectors.redis_streams import RedisStreamSpout, append
 from squall.connectors.redis_streams import connect as redis_connect
@@ -62,6 +71,63 @@ def squall_rate(spout, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
+class NoOp(BasicBolt):
+    outputs = ()
+
+    def execute(self, tup, collector):
+        pass
+
+
+KAFKA_CONF = {"topology.max.spout.pending": 5000, "squall.wave.spout.batch": 5000}
+
+
+def kafka_spout_rate(servers: str, topic: str, n: int) -> float:
+    """Messages per second from a ``KafkaSpout`` through a no-op bolt, until all ``n`` are acked."""
+    b = TopologyBuilder()
+    b.set_spout("kafka", KafkaSpout(topic, servers, f"bench-{uuid.uuid4().hex[:8]}", fields=["sentence"]), 2)
+    b.set_bolt("noop", NoOp(), 2).shuffle_grouping("kafka")
+    with TestCluster() as cluster:
+        run = cluster.submit_topology("bench-kafka", KAFKA_CONF, b.build())
+        stats = run.stats.of("kafka")
+        started = time.perf_counter()
+        while stats.acked < n:
+            run.step()
+        return n / (time.perf_counter() - started)
+
+
+def kafka_consumer_rate(servers: str, topic: str, n: int) -> float:
+    """The same topic read by a bare confluent-kafka consumer loop: decode each value, commit at the end."""
+    reader = kafka_consumer(servers, f"drain-{uuid.uuid4().hex[:8]}")
+    reader.subscribe([topic])
+    started, done = time.perf_counter(), 0
+    while done < n:
+        for record in reader.consume(500, 1.0):
+            if record.error() is None:
+                json.loads(record.value())
+                done += 1
+    reader.commit(asynchronous=False)
+    rate = n / (time.perf_counter() - started)
+    reader.close()
+    return rate
+
+
+def kafka_rates(servers: str | None, n: int, sentences: list[list[str]]) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = LocalKafkaBroker(Path(tmp)) if servers is None else None
+        servers = servers or broker.servers
+        try:
+            topic = f"bench-{uuid.uuid4().hex[:8]}"
+            create_topic(servers, topic, 4)
+            produce(servers, topic, (sentences[i % len(sentences)] for i in range(n)), partitions=4)
+            kafka_spout_rate(servers, topic, n // 10)  # warm-up: the workers start, imports load
+            rates = {"kafka_spout": kafka_spout_rate(servers, topic, n)}
+            rates["kafka_plain_consumer"] = kafka_consumer_rate(servers, topic, n)
+            return rates
+        finally:
+            if broker is not None:
+                broker.stop()
+
+
 def rabbitmq_drain_rate(url: str, queue: str, n: int) -> float:
     connection = connect(url)
     channel = connection.channel()
@@ -101,12 +167,18 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--kafka-servers", default=None, help="a running broker; else one is started for the run")
+    parser.add_argument("--kafka-messages", type=int, default=200_000)
+    parser.add_argument("--only", choices=["kafka"], default=None, help="only the Kafka figures")
     args = parser.parse_args()
     n = args.sentences
     sentences = [[SENTENCES[i % len(SENTENCES)]] for i in range(n)]
     spark_context(args.master, app_name="squall-bench-sources")
     tag = uuid.uuid4().hex[:8]
     rates: dict[str, float] = {}
+    if args.only == "kafka":
+        print_kafka(kafka_rates(args.kafka_servers, args.kafka_messages, sentences), args.kafka_messages)
+        return
 
     def memory_spout(count: int) -> FeederSpout:
         feeder = FeederSpout(["sentence"])
@@ -145,6 +217,14 @@ def main() -> None:
         print(f"{name}_ratio_to_memory={rates[name] / rates['memory']:.2f}")
     print(f"rabbitmq_ratio_to_plain_consumer={rates['rabbitmq'] / rates['rabbitmq_plain_consumer']:.3f}")
     print(f"redis_streams_ratio_to_plain_consumer={rates['redis_streams'] / rates['redis_plain_consumer']:.3f}")
+    print_kafka(kafka_rates(args.kafka_servers, args.kafka_messages, sentences), args.kafka_messages)
+
+
+def print_kafka(rates: dict[str, float], n: int) -> None:
+    print(f"kafka_messages={n}")
+    for name, rate in rates.items():
+        print(f"{name}_messages_per_second={rate:,.0f}")
+    print(f"kafka_spout_ratio_to_plain_consumer={rates['kafka_spout'] / rates['kafka_plain_consumer']:.3f}")
 
 
 if __name__ == "__main__":

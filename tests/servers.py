@@ -170,107 +170,22 @@ class ZooKeeperServer:
             self.process.wait(timeout=30)
 
 
-class KafkaServer:
-    """Apache Kafka in KRaft mode: one node as broker and controller, on free loopback ports, with its log in
-    ``directory``. Its jars come from Maven Central once (``scripts/ensure-kafka.sh``, cached outside the work
-    tree). ``kill`` SIGKILLs it; ``start`` again reuses the same log directory."""
+def KafkaServer(directory: Path):
+    """squall's ``LocalKafkaBroker``: Apache Kafka in KRaft mode on free loopback ports, its log in ``directory``.
+    Its jars come from Maven Central once (``scripts/ensure-kafka.sh``, cached outside the work tree)."""
+    from squall.connectors.kafka.local_broker import KAFKA_VERSION, LocalKafkaBroker, kafka_home
 
-    VERSION = "4.4.0"
-
-    def __init__(self, directory: Path) -> None:
-        self.java = require("java", "openjdk-17-jre-headless")
-        self.libs = self._jars()
-        self.directory = directory
-        self.port, self.controller_port = free_port(), free_port()
-        self.servers = f"127.0.0.1:{self.port}"
-        self.config = directory / "server.properties"
-        self.config.write_text(
-            "process.roles=broker,controller\nnode.id=1\n"
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}\n"
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
-            "controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n"
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
-            f"log.dirs={directory / 'log'}\n"
-            "num.partitions=1\noffsets.topic.replication.factor=1\noffsets.topic.num.partitions=4\n"
-            "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
-            "transaction.state.log.num.partitions=4\ngroup.initial.rebalance.delay.ms=0\n"
-            "auto.create.topics.enable=false\n"
-        )
-        cluster_id = subprocess.run(
-            [self.java, "-cp", self.libs, "kafka.tools.StorageTool", "random-uuid"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()[-1]
-        storage = [self.java, "-cp", self.libs, "kafka.tools.StorageTool"]
-        subprocess.run(
-            [*storage, "format", "-t", cluster_id, "-c", str(self.config)],
-            capture_output=True,
-            check=True,
-        )
-        self.start()
-
-    def _jars(self) -> str:
-        home = Path(os.environ.get("SQUALL_KAFKA_HOME", Path.home() / ".cache" / "squall" / f"kafka-{self.VERSION}"))
-        if not (home / ".complete").exists() and shutil.which("mvn"):
-            script = Path(__file__).parent.parent / "scripts" / "ensure-kafka.sh"
-            subprocess.run(["bash", str(script)], check=True, env={**os.environ, "KAFKA_VERSION": self.VERSION})
-        if not (home / ".complete").exists():
-            message = f"Kafka's jars are not in {home} (scripts/ensure-kafka.sh fetches them with Maven)"
-            if os.environ.get("CI"):
-                pytest.fail(f"{message}; CI must run every server test")
-            pytest.skip(message)
-        return f"{home / 'libs'}/*"
-
-    def start(self) -> None:
-        log = open(self.directory / "kafka.log", "ab")  # noqa: SIM115 - the server process holds it
-        args = [self.java, "-Xmx512m", "-XX:+UseSerialGC", "-cp", self.libs, "kafka.Kafka", str(self.config)]
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
-        log.close()
-        wait_for_port(self.port, self.process, "kafka", timeout=60)
-        self._wait_serving()
-
-    def _wait_serving(self, timeout: float = 60.0) -> None:
-        """Until a topic can be created, written and its group's offsets read: the broker accepts connections
-        before it has a leader, and answers for groups once it has loaded their offsets."""
-        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-        from squall.connectors.kafka import create_topic
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                create_topic(self.servers, "squall-harness-ready")
-                producer = Producer({"bootstrap.servers": self.servers, "message.timeout.ms": 5000})
-                producer.produce("squall-harness-ready", b"ready")
-                if producer.flush(10) == 0:
-                    probe = Consumer({"bootstrap.servers": self.servers, "group.id": "squall-harness-ready"})
-                    try:
-                        probe.committed([TopicPartition("squall-harness-ready", 0)], timeout=10)
-                        return
-                    finally:
-                        probe.close()
-            except KafkaException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kafka on {self.servers} did not serve within {timeout}s")
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        """SIGKILL the broker: what it had not flushed is what the replicas would have (here, the OS has it)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    require("java", "openjdk-17-jre-headless")
+    home = kafka_home()
+    if not (home / ".complete").exists() and shutil.which("mvn"):
+        script = Path(__file__).parent.parent / "scripts" / "ensure-kafka.sh"
+        subprocess.run(["bash", str(script)], check=True, env={**os.environ, "KAFKA_VERSION": KAFKA_VERSION})
+    if not (home / ".complete").exists():
+        message = f"Kafka's jars are not in {home} (scripts/ensure-kafka.sh fetches them with Maven)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI must run every server test")
+        pytest.skip(message)
+    return LocalKafkaBroker(directory)
 
 
 class RabbitMQServer:

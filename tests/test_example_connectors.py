@@ -1,4 +1,4 @@
-"""The examples, run against real servers: word counts from RabbitMQ and Redis Streams, and exactly-once
+"""The examples, run against real servers: word counts from RabbitMQ, Redis Streams and Kafka, and exactly-once
 counts from a Redis Streams log into PostgreSQL with ZooKeeper keeping the transactional progress."""
 
 import sqlite3
@@ -53,3 +53,17 @@ def test_transactional_redis_log_example_into_postgres_with_zookeeper(
     counts.close()
     text = console.export_text()
     assert "malformed messages set aside: 1" in text and "words counted: 5000" in text
+
+
+def test_kafka_word_count_example(spark, kafka_server, tmp_path):
+    example = EXAMPLES / "kafka_word_count.py"
+    console = Console(record=True, width=200)
+    conf = [f"example.dir={tmp_path}", "example.sentences=500"]
+    conf.append(f"squall.kafka.bootstrap.servers={kafka_server.servers}")
+    run_file(str(example), conf, None, "kafka-wc", duration=None, idle_secs=3, console=console)
+    module = load_module(example)
+    exact = Counter(w for i in range(500) for w in module.SENTENCES[i % len(module.SENTENCES)].split(" "))
+    assert module.final_counts(kafka_server.servers) == dict(exact)  # every count in Kafka, none beyond exact
+    text = console.export_text()
+    assert f"words counted: {sum(exact.values())}" in text
+    assert "offsets committed: {0: 125, 1: 125, 2: 125, 3: 125} of {0: 125, 1: 125, 2: 125, 3: 125}" in text

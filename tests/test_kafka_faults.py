@@ -130,7 +130,6 @@ class Record(BasicBolt):
 
 
 def test_a_broker_killed_and_started_again_mid_run_loses_nothing(spark, tmp_path):
-    (tmp_path / "kafka").mkdir()
     broker = KafkaServer(tmp_path / "kafka")
     try:
         topic, group, total = "restart", "restart-group", 20_000

@@ -39,7 +39,7 @@ def build_topology(conf):
     servers = conf["squall.kafka.bootstrap.servers"]
     spout = KafkaTransactionalSpout(conf["test.topic"], servers, TAKE_PER_BATCH, fields=["word"])
     b = TransactionalTopologyBuilder("kafka-kafka", "spout", spout, 2)
-    b.set_bolt("partial", PartialWordCount(), 2).shuffle_grouping("spout")
+    b.set_bolt("partial", PartialWordCount(), 1).shuffle_grouping("spout")  # one record per word and batch
     committer = FailsOnceAfterCommitting(conf["test.output"], servers, mapper=as_record, markers=conf["test.markers"])
     b.set_committer_bolt("write", committer, 2).fields_grouping("partial", ["word"])
     return b.build()

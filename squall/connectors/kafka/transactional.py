@@ -38,7 +38,7 @@ from squall.transactional.spouts import (
 log = logging.getLogger("squall.connectors.kafka")
 
 READ_TIMEOUT = 30.0  # seconds to read a range the log holds before the batch fails (and is tried again)
-FIRST_FETCH = 2.0  # seconds a new batch waits for its first records after the partition is assigned
+STALL_SECS = 2.0  # seconds a new batch waits for records below the log's end before it ends without them
 
 
 class _KafkaBatches:
@@ -62,10 +62,11 @@ class _KafkaBatches:
         self.fields = Fields("tx", *self.translator.outputs["default"])
         self.first_offset = FirstPollOffsetStrategy(first_offset)
         self.group_id, self.consumer_config = group_id, dict(consumer_config or {})
-        self._consumer: Any = None
+        self._consumer: Any = None  # metadata and offsets
+        self._readers: dict[int, tuple[Any, int]] = {}  # partition -> (its consumer, the offset it reads next)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_consumer": None}  # a consumer is made where the spout runs
+        return {**self.__dict__, "_consumer": None, "_readers": {}}  # consumers are made where the spout runs
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -91,36 +92,54 @@ class _KafkaBatches:
             return low
         return start
 
+    def _reader(self, partition: int, start: int) -> Any:
+        """The partition's own consumer, positioned at ``start``: one that read the batch before is there already,
+        so consecutive batches of a partition stream on without a new fetch."""
+        reader, position = self._readers.get(partition, (None, -1))
+        if reader is None:
+            reader = client.consumer(self.bootstrap_servers, self.group_id, self.consumer_config)
+        if position != start:
+            reader.assign([TopicPartition(self.topic, partition, start)])
+        return reader
+
     def _read(self, partition: int, start: int, stop: int | None, take: int) -> tuple[list[Any], int]:
         """Records of ``partition`` from ``start``: exactly those below ``stop``, or (``stop`` None) up to ``take``
-        of what the log holds now. Also the offset after the range read."""
-        consumer = self._client()
+        of those below the log's end now. Also the offset after the range read."""
         tp = TopicPartition(self.topic, partition)
-        end = stop if stop is not None else consumer.get_watermark_offsets(tp, timeout=30)[1]
+        end = stop if stop is not None else self._client().get_watermark_offsets(tp, timeout=30)[1]
         if end <= start:
             return [], start
-        consumer.assign([TopicPartition(self.topic, partition, start)])
+        reader = self._reader(partition, start)
         records: list[Any] = []
-        position, deadline = start, time.monotonic() + READ_TIMEOUT
+        position, moved_at, streamed = start, time.monotonic(), True
         while position < end and len(records) < take:
-            batch = consumer.consume(min(take - len(records), 10_000), 0.5)
+            batch = reader.consume(min(take - len(records), 10_000), 0.2)
             for record in batch:
-                if record.error() is None and position <= record.offset() < end and len(records) < take:
+                if record.error() is not None:
+                    continue
+                if position <= record.offset() < end and len(records) < take:
                     records.append(record)
                     position = record.offset() + 1
+                    moved_at = time.monotonic()
+                elif record.offset() >= end:
+                    streamed = False  # read past the range: the next read seeks
             if batch:
                 continue
-            position = max(position, min(consumer.position([tp])[0].offset, end))  # past transaction markers
-            if position >= end:
-                break
-            if stop is None and (records or time.monotonic() > deadline - READ_TIMEOUT + FIRST_FETCH):
+            at = reader.position([tp])[0].offset  # past transaction markers, which carry no record
+            if at > position:
+                position, moved_at = min(at, end), time.monotonic()
+            stalled = time.monotonic() - moved_at
+            if stop is None and stalled > STALL_SECS:
                 break  # a new batch takes what the log delivers now (records past an open transaction wait)
-            if time.monotonic() > deadline:
+            if stalled > READ_TIMEOUT:
+                self._readers.pop(partition, None)
                 raise KafkaException(
                     f"topic {self.topic} partition {partition}: offsets {position} to {end - 1} "
                     f"were not read within {READ_TIMEOUT:.0f}s"
                 )
-        return records, (end if stop is not None else position)
+        after = end if stop is not None else position
+        self._readers[partition] = (reader, after if streamed else -1)
+        return records, after
 
     def _emit(self, tx: Any, collector: Any, partition: int, records: list[Any]) -> None:
         for record in records:
