@@ -6,10 +6,11 @@ this run: each source against the in-memory spout, and each broker's own drain
 rate (a plain consumer that reads and acks, no squall) for scale. Prints one
 ``name=value`` per line.
 
-Kafka is measured as storm-kafka-client's users measure their spout: a ``KafkaSpout`` (2 tasks, acked) feeding a
-no-op bolt, in messages per second until every message is acked, beside a bare confluent-kafka consumer loop that
-reads the same topic, decodes each value and commits, in the same run. Without ``--kafka-servers`` a broker is
-started for the run (``LocalKafkaBroker``; ``scripts/ensure-kafka.sh`` fetches its jars).
+Kafka is measured as storm-kafka-client's users measure their spout: a ``KafkaSpout`` (2 tasks, acked, on the
+workers under ``LocalCluster``) feeding a no-op bolt, in messages per second until every message is acked, beside a
+bare confluent-kafka consumer loop that reads the same topic, decodes each value and commits, in the same run.
+Without ``--kafka-servers`` a broker is started for the run (``LocalKafkaBroker``; ``scripts/ensure-kafka.sh``
+fetches its jars).
 
     python benchmarks/sources.py [--sentences 20000] [--master local[2]] \\
         [--amqp-url amqp://guest:guest@127.0.0.1:5672/%2F] [--redis-url redis://127.0.0.1:6379/0] \\
@@ -25,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from squall import BasicBolt, TopologyBuilder
+from squall import BasicBolt, LocalCluster, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
 from squall.connectors.kafka import KafkaSpout, create_topic, produce
 from squall.connectors.kafka.client import consumer as kafka_consumer
@@ -82,30 +83,35 @@ KAFKA_CONF = {"topology.max.spout.pending": 5000, "squall.wave.spout.batch": 500
 
 
 def kafka_spout_rate(servers: str, topic: str, n: int) -> float:
-    """Messages per second from a ``KafkaSpout`` through a no-op bolt, until all ``n`` are acked."""
+    """Messages per second from a ``KafkaSpout`` (2 tasks, on the workers) through a no-op bolt under
+    ``LocalCluster``, from the first ack until all ``n`` are acked."""
     b = TopologyBuilder()
     b.set_spout("kafka", KafkaSpout(topic, servers, f"bench-{uuid.uuid4().hex[:8]}", fields=["sentence"]), 2)
     b.set_bolt("noop", NoOp(), 2).shuffle_grouping("kafka")
-    with TestCluster() as cluster:
-        run = cluster.submit_topology("bench-kafka", KAFKA_CONF, b.build())
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("bench-kafka", dict(KAFKA_CONF), b.build())
         stats = run.stats.of("kafka")
-        started = time.perf_counter()
+        while stats.acked == 0:
+            time.sleep(0.005)
+        started, first = time.perf_counter(), stats.acked
         while stats.acked < n:
-            run.step()
-        return n / (time.perf_counter() - started)
+            time.sleep(0.005)
+        return (n - first) / (time.perf_counter() - started)
 
 
 def kafka_consumer_rate(servers: str, topic: str, n: int) -> float:
-    """The same topic read by a bare confluent-kafka consumer loop: decode each value, commit at the end."""
+    """The same topic read by a bare confluent-kafka consumer loop (``consume`` in batches of 500, each value
+    decoded as JSON, offsets committed at the end), from the first record to the last."""
     reader = kafka_consumer(servers, f"drain-{uuid.uuid4().hex[:8]}")
     reader.subscribe([topic])
-    started, done = time.perf_counter(), 0
+    started, done = None, 0
     while done < n:
         for record in reader.consume(500, 1.0):
             if record.error() is None:
+                started = started or time.perf_counter()
                 json.loads(record.value())
                 done += 1
-    reader.commit(asynchronous=False)
+    reader.commit(offsets=reader.position(reader.assignment()), asynchronous=False)
     rate = n / (time.perf_counter() - started)
     reader.close()
     return rate

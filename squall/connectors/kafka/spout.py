@@ -103,18 +103,30 @@ class RecordTranslator:
         )
 
 
+_scan = json.JSONDecoder().scan_once
+
+
 class JsonTranslator(RecordTranslator):
     """A record's value is JSON: a list of values, an object keyed by field, or a lone value for one field."""
 
     def __init__(self, fields: Sequence[str] | Fields, stream: str = DEFAULT_STREAM) -> None:
         self.fields, self.stream = as_fields(fields), stream
         self.outputs = {stream: tuple(self.fields)}
+        self._width = len(self.fields)
 
     def __call__(self, record: Any) -> Sequence[Any] | Routed | None:
         raw = record.value()
         if raw is None:
             return None  # a tombstone
-        values = decode_values(raw.decode(), self.fields)
+        text = raw.decode()
+        try:
+            payload, end = _scan(text, 0)  # the C scanner itself: no whitespace regex around it
+        except (ValueError, StopIteration):
+            payload, end = None, -1
+        if type(payload) is list and len(payload) == self._width and end == len(text):  # the common case
+            values: Sequence[Any] = payload
+        else:
+            values = decode_values(text, self.fields)  # the other shapes, and the error that names the problem
         return values if self.stream == DEFAULT_STREAM else Routed((self.stream, values))
 
 
@@ -211,7 +223,7 @@ class KafkaSpout(Spout):
         self._offsets: dict[tuple[str, int], OffsetManager] = {}  # the partitions this task reads
         self._paused: set[tuple[str, int]] = set()
         self._unsent: dict[tuple[str, int], int] = {}  # offsets whose commit failed, to commit again
-        self._buffer: deque[Any] = deque()  # polled records not emitted yet
+        self._ready: deque[tuple] = deque()  # polled and translated, not emitted yet: (msg id, stream, values)
         self._in_flight: dict[MsgId, tuple[str, Sequence[Any]]] = {}  # emitted, not acked: (stream, values)
         self._retries = RetrySchedule(self.retry)
         self._due: deque[MsgId] = deque()  # failed records whose backoff has passed, to emit again
@@ -262,7 +274,7 @@ class KafkaSpout(Spout):
                 del self._offsets[tp]
                 self._unsent.pop(tp, None)
             self._paused -= revoked
-            self._buffer = deque(r for r in self._buffer if (r.topic(), r.partition()) not in revoked)
+            self._ready = deque(r for r in self._ready if r[0] is None or r[0][:2] not in revoked)
             self._in_flight = {m: v for m, v in self._in_flight.items() if m[:2] not in revoked}
             self._retries.forget_where(lambda m: m[:2] not in revoked)
             self._due = deque(m for m in self._due if m[:2] not in revoked)
@@ -302,40 +314,80 @@ class KafkaSpout(Spout):
 
     # -- emitting ---------------------------------------------------------------
     def next_tuple(self) -> None:
-        if time.monotonic() - self._last_refresh > self.partition_refresh_period_ms / 1000.0:
-            self._refresh_assignment()
-        if time.monotonic() - self._last_commit > self.offset_commit_period_ms / 1000.0:
-            self._commit()
-        if not self._active:
+        if (self._due or self._retries.waiting()) and self._emit_retry():
             return
+        if not self._ready:
+            self._housekeeping()
+            if not self._active or not self._poll():
+                return
+        msg_id, stream, values = self._ready.popleft()
+        if msg_id is None:
+            self._collector.emit(values, stream=stream)
+        else:
+            self._in_flight[msg_id] = (stream, values)
+            self._collector.emit(values, stream=stream, msg_id=msg_id)
+
+    def _housekeeping(self) -> None:
+        """Between polls: look for new partitions, and commit, when their periods have passed."""
+        clock = time.monotonic()
+        if clock - self._last_refresh > self.partition_refresh_period_ms / 1000.0:
+            self._refresh_assignment()
+        if clock - self._last_commit > self.offset_commit_period_ms / 1000.0:
+            self._commit()
+
+    def _emit_retry(self) -> bool:
+        """Emit one failed record whose backoff has passed; False if none is due."""
+        if not self._active:
+            return False
         self._due.extend(self._retries.due(now()))
         while self._due:
             msg_id = self._due.popleft()
             if msg_id in self._in_flight:
                 stream, values = self._in_flight[msg_id]
                 self._collector.emit(values, stream=stream, msg_id=msg_id)
-                return
-        while True:
-            if not self._buffer and not self._poll():
-                return
-            if self._emit(self._buffer.popleft()):
-                return
+                return True
+        return False
 
     def _poll(self) -> bool:
+        """Poll, translate what came, and queue it to emit; False when nothing is ready to emit."""
         self._pause_full_partitions()
         records = self._consumer.consume(self.poll_records, self.poll_timeout_ms / 1000.0)
+        tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
+        translate, ready, offsets = self.translator, self._ready, self._offsets
+        last: dict[tuple[str, int], int] = {}
         for record in records:
             error = record.error()
-            if error is None:
-                self._buffer.append(record)
-            elif error.code() != KafkaError._PARTITION_EOF:
-                log.warning("%s: %s", self._name, error)
-        if self._buffer and self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE:
-            last: dict[tuple[str, int], int] = {}
-            for record in self._buffer:
-                last[(record.topic(), record.partition())] = record.offset()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: %s", self._name, error)
+                continue
+            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            manager = offsets.get((topic, partition))
+            if manager is None:  # its partition moved to another task after the poll
+                continue
+            last[(topic, partition)] = offset
+            try:
+                result = translate(record)
+            except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
+                self._malformed(record, exc)
+                result = None
+            if result is None and not self.emit_null_tuples:
+                if tracked:  # nothing to wait for: the offset counts as acked
+                    manager.emitted(offset)
+                    manager.acked(offset)
+                continue
+            if type(result) is Routed:
+                stream, values = result
+            else:
+                stream, values = DEFAULT_STREAM, () if result is None else result
+            if tracked:
+                manager.emitted(offset)
+                ready.append(((topic, partition, offset), stream, values))
+            else:
+                ready.append((None, stream, values))
+        if last and self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE:
             self._commit_offsets({tp: offset + 1 for tp, offset in last.items()}, asynchronous=False)
-        return bool(self._buffer)
+        return bool(ready)
 
     def _pause_full_partitions(self) -> None:
         """A partition with ``max_uncommitted_offsets`` emitted and not committed is not polled until it commits."""
@@ -348,34 +400,6 @@ class KafkaSpout(Spout):
             if self._paused - full:
                 self._consumer.resume([TopicPartition(t, p) for t, p in self._paused - full])
             self._paused = full
-
-    def _emit(self, record: Any) -> bool:
-        """Emit one polled record; False when it emits nothing (malformed, or a null tuple not emitted)."""
-        key = (record.topic(), record.partition())
-        offsets = self._offsets.get(key)
-        if offsets is None:  # its partition moved to another task after the poll
-            return False
-        msg_id = (record.topic(), record.partition(), record.offset())
-        try:
-            result = self.translator(record)
-        except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
-            self._malformed(record, exc)
-            result = None
-        tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
-        if result is None and not self.emit_null_tuples:
-            if tracked:  # nothing to wait for: the offset counts as acked
-                offsets.emitted(record.offset())
-                offsets.acked(record.offset())
-            return False
-        stream, values = (result.stream, result.values) if isinstance(result, Routed) else (DEFAULT_STREAM, result)
-        values = () if values is None else values
-        if not tracked:
-            self._collector.emit(values, stream=stream)
-            return True
-        offsets.emitted(record.offset())
-        self._in_flight[msg_id] = (stream, values)
-        self._collector.emit(values, stream=stream, msg_id=msg_id)
-        return True
 
     def _malformed(self, record: Any, error: BaseException) -> None:
         where = f"topic {record.topic()} partition {record.partition()} offset {record.offset()}"
