@@ -80,7 +80,7 @@ class RetrySchedule:
     def __init__(self, backoff: RetryExponentialBackoff) -> None:
         self.backoff = backoff
         self.fails: dict[Any, int] = {}  # msg id -> failures so far
-        self._waiting: list[tuple[float, int, Any]] = []  # (due time, order, msg id)
+        self.queue: list[tuple[float, int, Any]] = []  # (due time, order, msg id), a heap
         self._order = 0
 
     def schedule(self, msg_id: Any, now: float) -> bool:
@@ -90,18 +90,15 @@ class RetrySchedule:
         if fails > self.backoff.max_retries:
             return False
         self._order += 1
-        heapq.heappush(self._waiting, (now + self.backoff.delay(fails), self._order, msg_id))
+        heapq.heappush(self.queue, (now + self.backoff.delay(fails), self._order, msg_id))
         return True
 
     def due(self, now: float) -> list[Any]:
         """The records whose backoff has passed, earliest first; they leave the schedule."""
         ready = []
-        while self._waiting and self._waiting[0][0] <= now:
-            ready.append(heapq.heappop(self._waiting)[2])
+        while self.queue and self.queue[0][0] <= now:
+            ready.append(heapq.heappop(self.queue)[2])
         return ready
-
-    def waiting(self) -> int:
-        return len(self._waiting)
 
     def forget(self, msg_id: Any) -> None:
         """The record was acked or given up: its failure count goes."""
@@ -109,6 +106,6 @@ class RetrySchedule:
 
     def forget_where(self, keep: Any) -> None:
         """Drop every record for which ``keep(msg_id)`` is false (its partition was revoked)."""
-        self._waiting = [entry for entry in self._waiting if keep(entry[2])]
-        heapq.heapify(self._waiting)
+        self.queue = [entry for entry in self.queue if keep(entry[2])]
+        heapq.heapify(self.queue)
         self.fails = {m: n for m, n in self.fails.items() if keep(m)}

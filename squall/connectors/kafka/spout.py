@@ -314,7 +314,7 @@ class KafkaSpout(Spout):
 
     # -- emitting ---------------------------------------------------------------
     def next_tuple(self) -> None:
-        if (self._due or self._retries.waiting()) and self._emit_retry():
+        if (self._due or self._retries.queue) and self._emit_retry():
             return
         if not self._ready:
             self._housekeeping()
@@ -353,6 +353,7 @@ class KafkaSpout(Spout):
         self._pause_full_partitions()
         records = self._consumer.consume(self.poll_records, self.poll_timeout_ms / 1000.0)
         tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
+        at_most_once = self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE
         translate, ready, offsets = self.translator, self._ready, self._offsets
         last: dict[tuple[str, int], int] = {}
         for record in records:
@@ -365,7 +366,8 @@ class KafkaSpout(Spout):
             manager = offsets.get((topic, partition))
             if manager is None:  # its partition moved to another task after the poll
                 continue
-            last[(topic, partition)] = offset
+            if at_most_once:
+                last[(topic, partition)] = offset
             try:
                 result = translate(record)
             except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
@@ -385,7 +387,7 @@ class KafkaSpout(Spout):
                 ready.append(((topic, partition, offset), stream, values))
             else:
                 ready.append((None, stream, values))
-        if last and self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE:
+        if last:
             self._commit_offsets({tp: offset + 1 for tp, offset in last.items()}, asynchronous=False)
         return bool(ready)
 
@@ -416,8 +418,10 @@ class KafkaSpout(Spout):
     def ack(self, msg_id: MsgId) -> None:
         if self._in_flight.pop(msg_id, None) is None:
             return  # its partition moved to another task: that task reads it from the last commit
-        self._retries.forget(msg_id)
-        self._offsets[msg_id[:2]].acked(msg_id[2])
+        if self._retries.fails:
+            self._retries.forget(msg_id)
+        topic, partition, offset = msg_id
+        self._offsets[topic, partition].acked(offset)
 
     def fail(self, msg_id: MsgId) -> None:
         if msg_id not in self._in_flight:
