@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 import uuid
 from collections import Counter
 
@@ -18,6 +19,7 @@ from squall.connectors.kafka import (
     OffsetManager,
     ProcessingGuarantee,
     RetryExponentialBackoff,
+    Routed,
     add_partitions,
     committed_offsets,
     create_topic,
@@ -40,10 +42,11 @@ class Recorder:
     """A spout's collector outside a topology: what it emitted, set aside and reported."""
 
     def __init__(self):
-        self.emitted, self.malformed, self.errors = [], [], []
+        self.emitted, self.malformed, self.errors, self.streams = [], [], [], []
 
     def emit(self, values, stream="default", msg_id=None):
         self.emitted.append((tuple(values), msg_id))
+        self.streams.append((stream, msg_id))
         return []
 
     def report_malformed(self, what):
@@ -246,6 +249,68 @@ def test_at_most_once_commits_before_emitting_and_does_not_track(kafka_server):
     assert committed_offsets(kafka_server.servers, group, topic) == {0: 3}  # the whole poll, before any ack
     assert recorder.emitted == [((0,), None)]
     spout.close()
+
+
+def test_no_guarantee_emits_unanchored_and_commits_the_position(kafka_server):
+    topic, group = unique("nog"), unique("g")
+    create_topic(kafka_server.servers, topic, 1)
+    produce(kafka_server.servers, topic, [0, 1, 2, 3, 4])
+    spout = KafkaSpout(topic, kafka_server.servers, group, fields=["n"], processing_guarantee="NO_GUARANTEE")
+    recorder = open_task(spout)
+    assert drain(spout, recorder, 10) == [((n,), None) for n in range(5)]
+    spout.close()  # nothing was acked: the position is committed all the same
+    assert committed_offsets(kafka_server.servers, group, topic) == {0: 5}
+
+
+def test_max_uncommitted_offsets_stops_polling_a_partition_until_it_commits(kafka_server):
+    topic, group = unique("max"), unique("g")
+    create_topic(kafka_server.servers, topic, 1)
+    produce(kafka_server.servers, topic, list(range(10)))
+    spout = KafkaSpout(
+        topic, kafka_server.servers, group, fields=["n"], max_uncommitted_offsets=3, poll_records=2,
+        offset_commit_period_ms=1,
+    )  # fmt: skip
+    recorder = open_task(spout)
+    got = drain(spout, recorder, 30)
+    assert [n for (n,), _ in got] == [0, 1, 2, 3]  # two polls of 2; a third would pass 3 uncommitted
+    for _, msg_id in got:
+        spout.ack(msg_id)
+    time.sleep(0.01)
+    got += drain(spout, recorder, 30)  # committed: the partition is polled again
+    assert [n for (n,), _ in got][:8] == list(range(8))
+    spout.close()
+
+
+def test_a_translator_function_routes_streams_and_null_tuples_are_acked_or_emitted(kafka_server):
+    topic = unique("route")
+    create_topic(kafka_server.servers, topic, 1)
+    produce(kafka_server.servers, topic, ["keep", "skip", "other"])
+
+    def translate(record):
+        value = json.loads(record.value())
+        if value == "skip":
+            return None
+        return Routed(("side", [value])) if value == "other" else [value, record.offset()]
+
+    streams = {"default": ["v", "offset"], "side": ["v"]}
+    for emit_null_tuples, expected in (
+        (False, [("keep", 0), ("other",)]),
+        (True, [("keep", 0), (None, None), ("other",)]),
+    ):
+        group = unique("g")
+        spout = KafkaSpout(topic, kafka_server.servers, group, translator=translate, streams=streams,
+                           emit_null_tuples=emit_null_tuples)  # fmt: skip
+        assert spout.outputs == {"default": ("v", "offset"), "side": ("v",)}
+        recorder = open_task(spout)
+        got = drain(spout, recorder, 10)
+        assert [values for values, _ in got] == expected
+        assert [s for s, _ in recorder.streams] == (
+            ["default", "default", "side"] if emit_null_tuples else ["default", "side"]
+        )
+        for _, msg_id in got:
+            spout.ack(msg_id)
+        spout.close()
+        assert committed_offsets(kafka_server.servers, group, topic) == {0: 3}  # the skipped record counts as acked
 
 
 def test_a_broker_that_cannot_be_reached_is_named():

@@ -226,6 +226,7 @@ class KafkaSpout(Spout):
         self._ready: deque[tuple] = deque()  # polled and translated, not emitted yet: (msg id, stream, values)
         self._in_flight: dict[MsgId, tuple[str, Sequence[Any]]] = {}  # emitted, not acked: (stream, values)
         self._retries = RetrySchedule(self.retry)
+        self._null_values = (None,) * len(self.outputs.get(DEFAULT_STREAM, ()))  # a null tuple, emitted if asked
         self._due: deque[MsgId] = deque()  # failed records whose backoff has passed, to emit again
         self._last_commit = self._last_refresh = time.monotonic()
         self._active = True
@@ -381,7 +382,7 @@ class KafkaSpout(Spout):
             if type(result) is Routed:
                 stream, values = result
             else:
-                stream, values = DEFAULT_STREAM, () if result is None else result
+                stream, values = DEFAULT_STREAM, self._null_values if result is None else result
             if tracked:
                 manager.emitted(offset)
                 ready.append(((topic, partition, offset), stream, values))
@@ -451,7 +452,8 @@ class KafkaSpout(Spout):
             except KafkaException as exc:
                 log.warning("%s: cannot read positions: %s", self._name, exc)
                 return
-            self._commit_offsets({(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}, True)
+            positions = {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
+            self._commit_offsets(positions, asynchronous=not final)
 
     def _commit_offsets(self, offsets: dict[tuple[str, int], int], asynchronous: bool) -> None:
         if not offsets:
