@@ -48,7 +48,7 @@ def test_opaque_kafka_into_postgres_is_exact_through_three_driver_kills_and_a_wo
     seed = random.randrange(10_000)
     rnd = random.Random(seed)
     vocabulary = [f"{w}{n}" for w in WORDS for n in range(50)]
-    words = [rnd.choice(vocabulary) for _ in range(200_000)]
+    words = [rnd.choice(vocabulary) for _ in range(100_000)]
     topic = f"tx-words-{seed}"
     create_topic(kafka_server.servers, topic, PARTITIONS)
     produce(kafka_server.servers, topic, [[w] for w in words], partitions=PARTITIONS)

@@ -15,7 +15,7 @@ from squall.connectors.kafka import KafkaOpaqueTransactionalSpout
 from squall.transactional import TransactionalTopologyBuilder
 
 CONF = {"topology.max.spout.pending": 3}
-TAKE_PER_BATCH = 1000  # per partition: 4,000 words a batch
+TAKE_PER_BATCH = 500  # per partition: 2,000 words a batch
 FAILING_TXIDS = range(10, 10_000, 20)  # 5% of batches
 
 

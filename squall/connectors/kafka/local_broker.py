@@ -16,6 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from squall.connectors.common import BrokerUnavailable
 from squall.connectors.kafka.client import create_topic
 
 KAFKA_VERSION = "4.4.0"
@@ -95,7 +96,7 @@ class LocalKafkaBroker:
                         return
                     finally:
                         probe.close()
-            except KafkaException:
+            except (KafkaException, BrokerUnavailable):  # not listening yet, or no leader yet
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"kafka on {self.servers} did not serve within {timeout}s")
