@@ -171,7 +171,3 @@ def read_all(servers: str, topic: str, isolation: str = "read_committed", idle: 
         reader.close()
     records.sort(key=lambda m: (m.partition(), m.offset()))
     return records
-
-
-def decode_json(raw: bytes | None) -> Any:
-    return None if raw is None else json.loads(raw)
