@@ -119,6 +119,7 @@ def test_messages_a_dead_consumer_left_unacked_are_redelivered(rabbitmq_server, 
         assert time.monotonic() < deadline
         first.next_tuple()
     first.ack(seen_first.emitted[0][1])
+    first._channel.queue_declare(queue, passive=True)  # a round trip on the channel: the broker has the ack
     first._connection._impl._transport._sock.shutdown(socket.SHUT_RDWR)  # the consumer dies without a goodbye
     second = RabbitMQSpout(queue, rabbitmq_server.url, fields=["n"])
     seen = opened(second)
