@@ -6,7 +6,10 @@ STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
 HOT_PATH := squall/model/tuple.py squall/model/groupings.py squall/model/hashing.py squall/model/_keyhash.pyx \
 	squall/spark/collectors.py \
-	squall/spark/execution.py
+	squall/spark/execution.py \
+	squall/spark/spouts.py \
+	squall/connectors/kafka/spout.py \
+	squall/connectors/kafka/offsets.py
 
 .PHONY: example demo test lint bench setup
 

@@ -10,6 +10,9 @@ COMPILED = [
     "squall/model/hashing.py",  # a fields grouping's hash of a key
     "squall/spark/collectors.py",  # emit and ack, once per tuple
     "squall/spark/execution.py",  # the loop that runs a batch's rows through a bolt
+    "squall/spark/spouts.py",  # a spout's emit, and the ack or fail of each tree it started
+    "squall/connectors/kafka/spout.py",  # a Kafka record's translation, emit and ack
+    "squall/connectors/kafka/offsets.py",  # a Kafka record's offset, emitted and acked
 ]
 
 setup(

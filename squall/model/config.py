@@ -29,7 +29,7 @@ SQUALL_SPARK_CONF = "squall.spark.conf"  # {spark key: value} passed to the Spar
 SQUALL_SPARK_UI = "squall.spark.ui"  # Spark's own web UI
 # Where bolt state is checkpointed: any Hadoop-compatible URL (file:, hdfs:, s3a:) or a local path
 SQUALL_CHECKPOINT_DIR = "squall.checkpoint.dir"
-SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # at most this many next_tuple calls per spout task per wave
+SQUALL_WAVE_SPOUT_BATCH = "squall.wave.spout.batch"  # at most this many emits per spout task per wave
 SQUALL_WAVE_TARGET_MS = "squall.wave.target.ms"  # waves size themselves to take about this long
 SQUALL_WAVE_MAX_INFLIGHT = "squall.wave.max.inflight"  # waves running at once
 SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt tasks (None: one per core, at most)

@@ -68,6 +68,18 @@ def _plain_values(values: Any) -> bool:
     return True
 
 
+def plain_rows(rows: list, arity: cython.Py_ssize_t) -> list | None:
+    """``rows`` as tuples, when each is a list or tuple of ``arity`` plain values (``records.EmitChecker``'s fast
+    path for many rows at once); None when one is not."""
+    checked: list = []
+    for values in rows:
+        kind = type(values)
+        if not (kind is tuple or kind is list) or len(values) != arity or not _plain_values(values):
+            return None
+        checked.append(tuple(values))
+    return checked
+
+
 @cython.cclass
 class OutputCollector:
     """A bolt task's collector: emits are routed by the groupings into a ``Batch`` per target task; acks are

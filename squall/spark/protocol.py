@@ -175,7 +175,7 @@ class WaveInput:
     simulated_now: float | None
     batches: list[Batch]
     checkpoint: int | None = None  # stateful bolts' pre_commit(checkpoint) runs at the end of this wave
-    spout_calls: int = 0  # next_tuple calls each spout task here may get in this wave
+    spout_calls: int = 0  # tuples each spout task here may emit in this wave (a next_tuple call each, or fewer calls)
     rotations: int = 0  # timeout rotations due before them
     active: bool = True  # False: the spouts are deactivated
     snapshot: bool = False  # every bolt task writes its state at the end of this wave (``snapshots.py``)

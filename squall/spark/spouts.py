@@ -17,7 +17,7 @@ import copy
 import logging
 import traceback
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,9 +26,10 @@ from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
+from squall.spark.collectors import plain_rows
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
-from squall.spark.records import EmitChecker, Routes, direct_target
+from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
 from squall.spark.stats import RunStats, latency_buckets
 from squall.spark.trees import PendingTrees, Settlement
 
@@ -62,6 +63,7 @@ class SpoutOutputCollector:
         self._routes = Routes(topology, component, task, weights=weights)
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
+        self.emit_budget = 1  # tuples the current next_tuple call may emit (set by the host before each call)
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
@@ -74,6 +76,30 @@ class SpoutOutputCollector:
         else:
             targets = [task for _, task in self._routes.targets(stream, values)]
         return self._host.emit(self._component, self._task, stream, values, msg_id, targets)
+
+    def emit_many(
+        self, rows: Sequence[Sequence[Any]], msg_ids: Sequence[Any] | None = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit ``rows`` on ``stream``, with ``msg_ids`` (one per row) when they are tracked: the same as an
+        ``emit`` of each in turn, in one call. A spout that emits in bulk asks ``emit_budget`` how many it may."""
+        if msg_ids is not None and len(msg_ids) != len(rows):
+            raise EmitError(
+                f"component {self._component!r} emitted {len(rows)} rows with {len(msg_ids)} msg ids on stream "
+                f"{stream!r}: give one msg id per row"
+            )
+        checked = plain_rows(rows, self._check.arity.get(stream, -1))
+        rows = self._check.many(stream, rows) if checked is None else checked
+        pick = self._pickers.get(stream)
+        if pick is None:
+            pick = self._pickers[stream] = self._routes.picker(stream) or False
+        if pick is not False:
+            self._host.emit_many(self._component, self._task, stream, rows, msg_ids, list(map(pick, rows)))
+        else:  # several subscribers, or a grouping that sends a tuple to several tasks
+            for i, values in enumerate(rows):
+                targets = [task for _, task in self._routes.targets(stream, values)]
+                self._host.emit(
+                    self._component, self._task, stream, values, None if msg_ids is None else msg_ids[i], targets
+                )
 
     def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
         values = self._check(stream, values)
@@ -175,6 +201,43 @@ class SpoutHost:
             self._captured[component].append(values)
         return targets
 
+    def emit_many(
+        self,
+        component: str,
+        task: int,
+        stream: str,
+        rows: list[tuple],
+        msg_ids: Sequence[Any] | None,
+        targets: list[int],
+    ) -> None:
+        """``emit`` of each row, to one target task each, with its trees started at once."""
+        n = len(rows)
+        self.emits += n
+        self._component_stats[component].emitted += n
+        self._task_stats[task].emitted += n
+        tracked = msg_ids is not None and self.trees is not None
+        if tracked:
+            roots = self.trees.start_many(task, msg_ids, self._now())
+        else:
+            if msg_ids is not None:  # ackers off: complete at once
+                self._immediate_acks.extend((task, msg_id) for msg_id in msg_ids)
+            roots = [0] * n
+        by_target: dict[int, Batch] = {}
+        batch_for = self.outbox.batch_for
+        for target in set(targets):
+            by_target[target] = batch_for(target, component, task)
+        if len(by_target) == 1:
+            (batch,) = by_target.values()
+            batch.streams.extend([stream] * n)
+            batch.values.extend(rows)
+            batch.roots.extend(roots)
+            batch.edges.extend([0] * n)
+        else:
+            for target, values, root in zip(targets, rows, roots, strict=True):
+                by_target[target].add(stream, values, root)
+        if self._captured is not None and stream == DEFAULT_STREAM:
+            self._captured[component].extend(rows)
+
     def open(self) -> None:
         """``open`` on every spout task, once, on the calling thread: the run's own, which makes every later
         call (Storm runs a spout task's methods on one thread). What ``open`` raises stops the run."""
@@ -187,25 +250,31 @@ class SpoutHost:
             except Exception as exc:
                 raise TopologyFailed(f"spout {s.component!r} task {s.task}: open() raised {exc!r}") from exc
 
-    def call(self, calls_per_task: int) -> int:
-        """Up to ``calls_per_task`` ``next_tuple`` calls per spout task, each task stopping at its pending budget
-        or when a call emits nothing; returns the emits."""
+    def call(self, emits_per_task: int) -> int:
+        """``next_tuple`` on each spout task until it has emitted ``emits_per_task`` tuples, reached its pending
+        budget, or emitted nothing in a call; returns the emits. Before each call the task's collector says how
+        many tuples it may still emit (``emit_budget``), for spouts that emit in bulk."""
         self.open()
         before = self.emits
         self.apply_activation()
         per_task = self.trees.per_task if self.trees is not None else None
+        bounded = per_task is not None and self._max_pending is not None
         for s in self.tasks if self.active else ():
-            for _ in range(calls_per_task):
-                if per_task is not None and self._max_pending is not None and per_task[s.task] >= self._max_pending:
+            collector, next_tuple, left = s.collector, s.spout.next_tuple, emits_per_task
+            while left > 0:
+                budget = min(left, self._max_pending - per_task[s.task]) if bounded else left
+                if budget <= 0:
                     break
+                collector.emit_budget = budget
                 emitted = self.emits
                 try:
-                    s.spout.next_tuple()
+                    next_tuple()
                 except Exception as exc:
                     self.error(s.component, s.task, "raised in next_tuple()", exc)
                     break
                 if self.emits == emitted:
                     break
+                left -= self.emits - emitted
         acks, self._immediate_acks = self._immediate_acks, []
         for task, msg_id in acks:
             spout = self._by_task[task]
@@ -264,9 +333,7 @@ class SpoutHost:
                 for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
                     stats.acked += int(np.count_nonzero(mine))
                     stats.record_buckets(*buckets)
-            by_task = self._by_task
-            for task, msg_id in zip(acked.tasks, acked.msg_ids, strict=True):
-                self._call(by_task[task], "ack", msg_id)
+            self._call_each(acked.tasks, acked.msg_ids, "ack")
         for finished, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
             for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
                 spout = self._by_task[task]
@@ -274,6 +341,19 @@ class SpoutHost:
                     stats.failed += 1
                     stats.timed_out += timed_out
                 self._call(spout, "fail", msg_id)
+
+    def _call_each(self, tasks: list[int], msg_ids: list[Any], method: str) -> None:
+        """``method(msg_id)`` on the spout task of each; what one raises is counted and logged, and the rest go on."""
+        bound: dict[int, Any] = {}
+        for task, msg_id in zip(tasks, msg_ids, strict=True):
+            call = bound.get(task)
+            if call is None:
+                call = bound[task] = getattr(self._by_task[task].spout, method)
+            try:
+                call(msg_id)
+            except Exception as exc:
+                spout = self._by_task[task]
+                self.error(spout.component, spout.task, f"raised in {method}({msg_id!r})", exc)
 
     def _call(self, spout: SpoutTask, method: str, *args: Any) -> None:
         """``method(*args)`` on the spout; what it raises is counted and logged, and the topology goes on."""

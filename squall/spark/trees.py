@@ -16,6 +16,7 @@ the trees that took too long (``rotate``). Every one of these returns a
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,17 @@ class PendingTrees:
         self._times.append(emitted_at)
         self.per_task[spout_task] += 1
         return self._root_of(sequence)
+
+    def start_many(self, spout_task: int, msg_ids: Sequence[Any], emitted_at: float) -> list[int]:
+        """``start`` for each of ``msg_ids``, emitted together; returns their roots."""
+        n = len(msg_ids)
+        first = self._sequence
+        self._sequence = first + n
+        self._tasks.extend([spout_task] * n)
+        self._msg_ids.extend(msg_ids)
+        self._times.extend([emitted_at] * n)
+        self.per_task[spout_task] += n
+        return self._roots_of(np.arange(first, first + n, dtype=np.int64)).tolist()
 
     def _root_of(self, sequence: int) -> int:
         """The ``sequence``-th tree's root: its acker is ``ackers[sequence mod len(ackers)]``."""

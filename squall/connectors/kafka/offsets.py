@@ -28,6 +28,13 @@ class OffsetManager:
         if not self._emitted or offset > self._emitted[-1]:
             self._emitted.append(offset)
 
+    def emitted_many(self, offsets: list[int]) -> None:
+        """``emitted`` for each of ``offsets``, in increasing order."""
+        if offsets and self._emitted and offsets[0] <= self._emitted[-1]:
+            last = self._emitted[-1]
+            offsets = [o for o in offsets if o > last]
+        self._emitted.extend(offsets)
+
     def acked(self, offset: int) -> None:
         if offset >= self.committed:
             self._acked.add(offset)
@@ -39,12 +46,14 @@ class OffsetManager:
 
     def next_commit(self) -> int | None:
         """The offset to commit now (one past the contiguous acked prefix), or None when it has not moved."""
-        moved = False
-        while self._emitted and self._emitted[0] in self._acked:
-            offset = self._emitted.popleft()
-            self._acked.discard(offset)
-            self.committed, moved = offset + 1, True
-        return self.committed if moved else None
+        emitted, acked, last = self._emitted, self._acked, None
+        while emitted and emitted[0] in acked:
+            last = emitted.popleft()
+            acked.discard(last)
+        if last is None:
+            return None
+        self.committed = last + 1
+        return self.committed
 
 
 @dataclass(frozen=True)

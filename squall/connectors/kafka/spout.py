@@ -28,6 +28,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -140,6 +141,33 @@ class _FunctionTranslator(RecordTranslator):
 
 MsgId = tuple  # (topic, partition, offset)
 
+
+class _Chunk:
+    """Consecutive polled records of one partition for one stream, translated, not all emitted yet."""
+
+    __slots__ = ("offsets", "partition", "rows", "start", "stream", "topic")
+
+    def __init__(self, topic: str, partition: int, stream: str, tracked: bool) -> None:
+        self.topic, self.partition, self.stream = topic, partition, stream
+        self.rows: list[Sequence[Any]] = []
+        self.offsets: list[int] | None = [] if tracked else None  # the rows' offsets, when they are tracked
+        self.start = 0  # rows before it are emitted
+
+    @property
+    def done(self) -> bool:
+        return self.start >= len(self.rows)
+
+    def take(self, most: int) -> tuple[list[Sequence[Any]], list[MsgId] | None]:
+        """The next ``most`` rows (at least one), and their msg ids when tracked."""
+        start = self.start
+        end = self.start = min(start + max(1, most), len(self.rows))
+        rows = self.rows if start == 0 and end == len(self.rows) else self.rows[start:end]
+        if self.offsets is None:
+            return rows, None
+        topic, partition = self.topic, self.partition
+        return rows, [(topic, partition, offset) for offset in self.offsets[start:end]]
+
+
 REFRESH_TIMEOUT = 1.0  # seconds a partition refresh may wait for metadata: the spout's thread must not stall
 
 
@@ -223,7 +251,7 @@ class KafkaSpout(Spout):
         self._offsets: dict[tuple[str, int], OffsetManager] = {}  # the partitions this task reads
         self._paused: set[tuple[str, int]] = set()
         self._unsent: dict[tuple[str, int], int] = {}  # offsets whose commit failed, to commit again
-        self._ready: deque[tuple] = deque()  # polled and translated, not emitted yet: (msg id, stream, values)
+        self._ready: deque[_Chunk] = deque()  # polled and translated, not emitted yet, in poll order
         self._in_flight: dict[MsgId, tuple[str, Sequence[Any]]] = {}  # emitted, not acked: (stream, values)
         self._retries = RetrySchedule(self.retry)
         self._null_values = (None,) * len(self.outputs.get(DEFAULT_STREAM, ()))  # a null tuple, emitted if asked
@@ -275,7 +303,7 @@ class KafkaSpout(Spout):
                 del self._offsets[tp]
                 self._unsent.pop(tp, None)
             self._paused -= revoked
-            self._ready = deque(r for r in self._ready if r[0] is None or r[0][:2] not in revoked)
+            self._ready = deque(c for c in self._ready if (c.topic, c.partition) not in revoked)
             self._in_flight = {m: v for m, v in self._in_flight.items() if m[:2] not in revoked}
             self._retries.forget_where(lambda m: m[:2] not in revoked)
             self._due = deque(m for m in self._due if m[:2] not in revoked)
@@ -315,18 +343,30 @@ class KafkaSpout(Spout):
 
     # -- emitting ---------------------------------------------------------------
     def next_tuple(self) -> None:
+        """A failed record whose backoff has passed, else as many polled records as the collector's
+        ``emit_budget`` allows (one where it has none), polling when none are left."""
         if (self._due or self._retries.queue) and self._emit_retry():
             return
         if not self._ready:
             self._housekeeping()
             if not self._active or not self._poll():
                 return
-        msg_id, stream, values = self._ready.popleft()
-        if msg_id is None:
-            self._collector.emit(values, stream=stream)
+        chunk = self._ready[0]
+        stream = chunk.stream
+        rows, msg_ids = chunk.take(getattr(self._collector, "emit_budget", 1))
+        if chunk.done:
+            self._ready.popleft()
+        if msg_ids is not None:
+            self._in_flight.update(zip(msg_ids, zip(repeat(stream, len(rows)), rows, strict=True), strict=True))
+        emit_many = getattr(self._collector, "emit_many", None)
+        if emit_many is not None:
+            emit_many(rows, msg_ids, stream)
+        elif msg_ids is None:
+            for values in rows:
+                self._collector.emit(values, stream=stream)
         else:
-            self._in_flight[msg_id] = (stream, values)
-            self._collector.emit(values, stream=stream, msg_id=msg_id)
+            for values, msg_id in zip(rows, msg_ids, strict=True):
+                self._collector.emit(values, stream=stream, msg_id=msg_id)
 
     def _housekeeping(self) -> None:
         """Between polls: look for new partitions, and commit, when their periods have passed."""
@@ -355,42 +395,54 @@ class KafkaSpout(Spout):
         records = self._consumer.consume(self.poll_records, self.poll_timeout_ms / 1000.0)
         tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
         at_most_once = self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE
-        translate, ready, offsets = self.translator, self._ready, self._offsets
-        last: dict[tuple[str, int], int] = {}
+        translate, offsets, null_values = self.translator, self._offsets, self._null_values
+        emit_nulls = self.emit_null_tuples
+        polled: dict[tuple[str, int], list[int]] = {}  # partition -> its offsets in this poll, in order
+        nothing_to_wait_for: list[MsgId] = []  # translated to nothing: acked as soon as they count as emitted
+        ready, chunk, run = self._ready, None, None  # run: the partition being read, when it is still this task's
         for record in records:
-            error = record.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("%s: %s", self._name, error)
+            if record.error() is not None:
+                if record.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: %s", self._name, record.error())
                 continue
-            topic, partition, offset = record.topic(), record.partition(), record.offset()
-            manager = offsets.get((topic, partition))
-            if manager is None:  # its partition moved to another task after the poll
-                continue
-            if at_most_once:
-                last[(topic, partition)] = offset
+            topic, partition = record.topic(), record.partition()
+            if run is None or partition != run[1] or topic != run[0]:
+                run, chunk = (topic, partition), None
+                if run not in offsets:  # its partition moved to another task after the poll
+                    run = None
+                    continue
+                run_offsets = polled.setdefault(run, [])
+            offset = record.offset()
+            run_offsets.append(offset)
             try:
                 result = translate(record)
             except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
                 self._malformed(record, exc)
                 result = None
-            if result is None and not self.emit_null_tuples:
-                if tracked:  # nothing to wait for: the offset counts as acked
-                    manager.emitted(offset)
-                    manager.acked(offset)
-                continue
-            if type(result) is Routed:
+            if result is None:
+                if not emit_nulls:
+                    nothing_to_wait_for.append((topic, partition, offset))
+                    continue
+                stream, values = DEFAULT_STREAM, null_values
+            elif type(result) is Routed:
                 stream, values = result
             else:
-                stream, values = DEFAULT_STREAM, self._null_values if result is None else result
+                stream, values = DEFAULT_STREAM, result
+            if chunk is None or chunk.stream != stream:
+                chunk = _Chunk(topic, partition, stream, tracked)
+                ready.append(chunk)
+                rows, chunk_offsets = chunk.rows, chunk.offsets
+            rows.append(values)
             if tracked:
-                manager.emitted(offset)
-                ready.append(((topic, partition, offset), stream, values))
-            else:
-                ready.append((None, stream, values))
-        if last:
-            self._commit_offsets({tp: offset + 1 for tp, offset in last.items()}, asynchronous=False)
-        return bool(ready)
+                chunk_offsets.append(offset)
+        if tracked:
+            for tp, polled_offsets in polled.items():
+                offsets[tp].emitted_many(polled_offsets)
+            for topic, partition, offset in nothing_to_wait_for:
+                offsets[topic, partition].acked(offset)
+        if at_most_once and polled:
+            self._commit_offsets({tp: o[-1] + 1 for tp, o in polled.items()}, asynchronous=False)
+        return bool(self._ready)
 
     def _pause_full_partitions(self) -> None:
         """A partition with ``max_uncommitted_offsets`` emitted and not committed is not polled until it commits."""
@@ -421,8 +473,7 @@ class KafkaSpout(Spout):
             return  # its partition moved to another task: that task reads it from the last commit
         if self._retries.fails:
             self._retries.forget(msg_id)
-        topic, partition, offset = msg_id
-        self._offsets[topic, partition].acked(offset)
+        self._offsets[msg_id[:2]].acked(msg_id[2])
 
     def fail(self, msg_id: MsgId) -> None:
         if msg_id not in self._in_flight:
