@@ -128,4 +128,3 @@ def test_emit_many_reaches_every_subscriber_of_the_stream(cluster):
     assert seen["failed"] == {n for n in range(300) if n % 7 == 0}
     assert seen["acked"] == {n for n in range(300) if n % 7}
     assert cluster.stats("two").of("all").executed == 600  # every row to both of its tasks
-

@@ -137,3 +137,16 @@ def test_the_busy_workers_task_gets_fewer_shuffled_tuples(spark):
     assert other > spout_side
     evenly = run_busy({"topology.disable.loadaware.messaging": True})
     assert list(evenly.values()) == [2000, 2000]
+
+
+def test_picks_taken_at_once_are_the_picks_one_by_one():
+    weights = TaskWeights()
+    weights.update((0.5, 1.5), {4: 0, 5: 1})
+    one_by_one, at_once = LoadAwareShuffle(3, [4, 5], weights), LoadAwareShuffle(3, [4, 5], weights)
+    plain, plain_at_once = (
+        ShuffleGrouping().picker(3, [4, 5, 6], Fields("x")),
+        ShuffleGrouping().picker(3, [4, 5, 6], Fields("x")),
+    )
+    for n in (1, 7, 1500, 3):  # across the draws of many passes
+        assert at_once.take(n) == [one_by_one(()) for _ in range(n)]
+        assert plain_at_once.take(n) == [plain(()) for _ in range(n)]

@@ -6,15 +6,17 @@ returns a function from a tuple's values to the list of target task ids.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from squall.model.fields import Fields
 from squall.model.hashing import stable_hash, stable_str_hash
 
 Router = Callable[[Sequence[Any]], list[int]]
 Picker = Callable[[Sequence[Any]], int]
+RING_DRAW = 1024  # a shuffled ring's picks drawn at once
 _KNOWN_KEYS = 1 << 16  # keys a fields grouping router remembers the target of; past them, it hashes
 
 
@@ -42,11 +44,45 @@ class Grouping:
         return hash(type(self))
 
 
+class ShuffledRing:
+    """Picks that go round ``ring`` in a fresh random order each pass, seeded by ``seed``: reproducible, and each
+    pass of ``len(ring)`` picks holds every entry of the ring once. Passes are drawn many at a time."""
+
+    def __init__(self, seed: int, ring: Sequence[int]) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._ring = np.asarray(ring, dtype=np.int64)
+        self._passes = max(1, RING_DRAW // len(self._ring))
+        self._picks: list[int] = []
+        self._position = 0
+
+    def __call__(self, values: Any = None) -> int:
+        if self._position >= len(self._picks):
+            self._draw()
+        self._position += 1
+        return self._picks[self._position - 1]
+
+    def take(self, n: int) -> list[int]:
+        """The next ``n`` picks, as ``n`` calls would give them."""
+        taken: list[int] = []
+        while len(taken) < n:
+            if self._position >= len(self._picks):
+                self._draw()
+            end = min(len(self._picks), self._position + n - len(taken))
+            taken.extend(self._picks[self._position : end])
+            self._position = end
+        return taken
+
+    def _draw(self) -> None:
+        order = np.argsort(self._rng.random((self._passes, len(self._ring))), axis=1)
+        self._picks = self._ring[order].ravel().tolist()
+        self._position = 0
+
+
 class ShuffleGrouping(Grouping):
     """Round-robin over a shuffled order of the targets, reshuffled each cycle.
 
     Each source task's sequence is seeded by its task id, so it is reproducible,
-    and any run of ``len(targets)`` tuples reaches every target exactly once.
+    and any run of ``len(targets)`` tuples from the start of a cycle reaches every target exactly once.
     """
 
     name = "shuffle"
@@ -55,19 +91,7 @@ class ShuffleGrouping(Grouping):
         if len(targets) == 1:
             (only,) = targets
             return lambda values: only
-        rng = random.Random(source_task)
-        order = list(targets)
-        position = len(order)
-
-        def pick(values: Sequence[Any]) -> int:
-            nonlocal position
-            if position >= len(order):
-                rng.shuffle(order)
-                position = 0
-            position += 1
-            return order[position - 1]
-
-        return pick
+        return ShuffledRing(source_task, targets)
 
 
 class NoneGrouping(ShuffleGrouping):

@@ -14,10 +14,11 @@ spouts run in the test's process and no worker is busier for hosting them.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from squall.model.groupings import ShuffledRing
 
 LOAD_WINDOW_SECS = 0.25  # a worker's load is measured over at least this long
 GAIN = 2.0  # how far one measurement moves a weight: toward equal loads, a tenth for loads 0.05 apart
@@ -109,30 +110,31 @@ class LoadAwareShuffle:
     ``ShuffleGrouping``'s picker, the same tuples to the same tasks."""
 
     def __init__(self, source_task: int, targets: Sequence[int], weights: TaskWeights) -> None:
-        self._rng = random.Random(source_task)
+        self._source = source_task
         self._targets = list(targets)
         self._weights = weights
         self._version = -1
-        self._ring: list[int] = []
-        self._position = 0
+        self._pick = ShuffledRing(source_task, self._targets)
 
     def _deal(self) -> None:
         self._version = self._weights.version
         if self._weights.uniform:
-            self._ring = list(self._targets)
+            ring = self._targets
         else:
             shares = [self._weights.of(t) for t in self._targets]
             total = sum(shares)
             size = RING * len(self._targets)
             counts = [max(1, round(size * s / total)) for s in shares]
-            self._ring = [t for t, n in zip(self._targets, counts, strict=True) for _ in range(n)]
-        self._position = len(self._ring)
+            ring = [t for t, n in zip(self._targets, counts, strict=True) for _ in range(n)]
+        self._pick = ShuffledRing(self._source, ring)
 
     def __call__(self, values: Any) -> int:
         if self._version != self._weights.version:
             self._deal()
-        if self._position >= len(self._ring):
-            self._rng.shuffle(self._ring)
-            self._position = 0
-        self._position += 1
-        return self._ring[self._position - 1]
+        return self._pick()
+
+    def take(self, n: int) -> list[int]:
+        """The next ``n`` picks, as ``n`` calls would give them."""
+        if self._version != self._weights.version:
+            self._deal()
+        return self._pick.take(n)
