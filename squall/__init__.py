@@ -16,12 +16,15 @@ from squall.model import (
     TopologyFailed,
     Tuple,
 )
+from squall.windowing.bolt import Count, Duration, Window, WindowedBolt
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BasicBolt",
     "Bolt",
+    "Count",
+    "Duration",
     "FailedException",
     "Fields",
     "InvalidConfigError",
@@ -33,6 +36,8 @@ __all__ = [
     "TopologyBuilder",
     "TopologyFailed",
     "Tuple",
+    "Window",
+    "WindowedBolt",
 ]
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall.model.components import DEFAULT_STREAM, declared_streams
-from squall.model.config import check_config
+from squall.model.config import DEFAULTS, check_config
 from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields, as_fields
 from squall.model.groupings import (
@@ -21,6 +21,8 @@ from squall.model.groupings import (
     ShuffleGrouping,
 )
 from squall.model.topology import ComponentSpec, Subscription, Topology
+from squall.windowing.bolt import WindowedBolt
+from squall.windowing.executor import WindowedBoltExecutor
 
 
 @dataclass
@@ -100,6 +102,8 @@ class TopologyBuilder:
         return SpoutDeclarer(declared)
 
     def set_bolt(self, id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
+        if isinstance(bolt, WindowedBolt):  # as Storm's setBolt(id, IWindowedBolt) does
+            bolt = WindowedBoltExecutor(bolt)
         declared = _Declared(id, "bolt", bolt, parallelism)
         self._declared.append(declared)
         return BoltDeclarer(declared)
@@ -126,6 +130,8 @@ class TopologyBuilder:
             next_task += d.parallelism
             inputs = tuple(Subscription(src, stream, g) for src, stream, g, _ in d.inputs)
             conf_of = {**component_configuration(d), **d.conf}  # the declarer's settings win, as in Storm
+            if isinstance(d.obj, WindowedBoltExecutor):
+                d.obj.validate(cid, {**DEFAULTS, **(conf or {}), **conf_of})
             components[cid] = ComponentSpec(cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, conf_of, tasks)
         order = {d.id: i for i, d in enumerate(self._declared)}
         components = dict(sorted(components.items(), key=lambda kv: order[kv[0]]))

@@ -1,0 +1,218 @@
+"""``WindowedBolt``: Storm's ``BaseWindowedBolt`` in Python form, with ``Count``, ``Duration`` and ``Window``.
+
+Declared on the bolt:
+
+- ``with_window(length, sliding)``: each a ``Count`` or a ``Duration`` (sliding defaults to ``Count(1)``);
+  ``with_tumbling_window(length)``: sliding by the length;
+- ``with_timestamp_field(name)`` or ``with_timestamp_extractor(fn)``: event time, in milliseconds; without
+  them, processing time on the topology's clock (``squall.time``);
+- ``with_lag(Duration)`` and ``with_watermark_interval(Duration)`` (default 1 s);
+- ``with_late_tuple_stream(stream)``: where late tuples go, in a field ``tuple``.
+
+The bolt's ``execute(window)`` is called each time a window fires; what it emits is anchored to every tuple of
+the window, and the window's tuples are acked when they expire from it (``executor.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from squall.model.errors import InvalidTopologyError
+
+DEFAULT_WATERMARK_INTERVAL_MS = 1000
+LATE_TUPLE_FIELD = "tuple"
+
+
+@dataclass(frozen=True)
+class Count:
+    """A number of tuples."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, int) or isinstance(self.value, bool) or self.value < 1:
+            raise ValueError(f"Count must be a whole number of tuples >= 1, got {self.value!r}")
+
+    @classmethod
+    def of(cls, value: int) -> Count:
+        return cls(value)
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A length of time, ``value`` in milliseconds."""
+
+    value: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, int) or isinstance(self.value, bool) or self.value < 0:
+            raise ValueError(f"Duration must be a whole number of milliseconds >= 0, got {self.value!r}")
+
+    @classmethod
+    def of(cls, milliseconds: int) -> Duration:
+        return cls(milliseconds)
+
+    @classmethod
+    def milliseconds(cls, value: int) -> Duration:
+        return cls(value)
+
+    @classmethod
+    def seconds(cls, value: float) -> Duration:
+        return cls(round(value * 1000))
+
+    @classmethod
+    def minutes(cls, value: float) -> Duration:
+        return cls(round(value * 60_000))
+
+    @classmethod
+    def hours(cls, value: float) -> Duration:
+        return cls(round(value * 3_600_000))
+
+    @classmethod
+    def days(cls, value: float) -> Duration:
+        return cls(round(value * 86_400_000))
+
+
+class DetachedTuple(NamedTuple):
+    """A late tuple as the late-tuple stream carries it: its values and where it came from."""
+
+    values: tuple
+    fields: tuple
+    source_component: str
+    source_stream: str
+    source_task: int
+    timestamp: int
+
+
+class Window:
+    """The tuples of one firing: ``get()`` all of them, ``get_new()`` those the previous window did not hold,
+    ``get_expired()`` those that left since; ``start_timestamp`` and ``end_timestamp`` in ms (the start only
+    for a time window)."""
+
+    __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp")
+
+    def __init__(
+        self,
+        tuples: Sequence,
+        new: list,
+        expired: list,
+        start_timestamp: int | None,
+        end_timestamp: int | None,
+    ) -> None:
+        self._tuples, self._new, self._expired = tuples, new, expired
+        self.start_timestamp, self.end_timestamp = start_timestamp, end_timestamp
+
+    def get(self) -> list:
+        return list(self._tuples)
+
+    def get_new(self) -> list:
+        return self._new
+
+    def get_expired(self) -> list:
+        return self._expired
+
+    def __len__(self) -> int:
+        return len(self._tuples)
+
+    def __iter__(self):
+        return iter(self._tuples)
+
+    def __repr__(self) -> str:
+        return (
+            f"Window({len(self._tuples)} tuples, {len(self._new)} new, {len(self._expired)} expired, "
+            f"{self.start_timestamp}..{self.end_timestamp})"
+        )
+
+
+WindowSpec = Count | Duration
+
+
+class WindowedBolt:
+    """A bolt over windows of its input: ``execute(window)`` runs each time a window fires.
+
+    Its collector (given to ``prepare``) has ``emit``, ``emit_direct``, ``report_error`` and ``reset_timeout``;
+    emits are anchored to every tuple of the window being executed. Acking is the runtime's: a tuple is acked
+    once it has expired from every window it belongs to.
+    """
+
+    outputs: Any = ()
+    window_length: WindowSpec | None = None
+    sliding_interval: WindowSpec | None = None
+    timestamp_field: str | None = None
+    timestamp_extractor: Callable[[Any], int] | None = None
+    lag: Duration | None = None
+    watermark_interval: Duration | None = None
+    late_tuple_stream: str | None = None
+
+    # -- declaring the window ---------------------------------------------------------------------------
+    def with_window(self, length: WindowSpec, sliding: WindowSpec | None = None) -> WindowedBolt:
+        """A sliding window of ``length``, firing every ``sliding`` (default: every tuple, ``Count(1)``)."""
+        for what, spec in (("length", length), ("sliding interval", sliding)):
+            if spec is not None and not isinstance(spec, (Count, Duration)):
+                raise InvalidTopologyError(
+                    f"windowed bolt {type(self).__name__}: window {what} must be a Count or a Duration, got {spec!r}"
+                )
+        if length is None:
+            raise InvalidTopologyError(f"windowed bolt {type(self).__name__}: a window needs a length")
+        self.window_length = length
+        self.sliding_interval = sliding if sliding is not None else Count(1)
+        return self
+
+    def with_tumbling_window(self, length: WindowSpec) -> WindowedBolt:
+        """Windows of ``length`` end to end: each tuple is in exactly one."""
+        return self.with_window(length, length)
+
+    def with_timestamp_field(self, name: str) -> WindowedBolt:
+        """Event time: each tuple's timestamp (ms) is its field ``name``."""
+        self.timestamp_field = name
+        return self
+
+    def with_timestamp_extractor(self, extractor: Callable[[Any], int]) -> WindowedBolt:
+        """Event time: each tuple's timestamp (ms) is ``extractor(tuple)``."""
+        self.timestamp_extractor = extractor
+        return self
+
+    def with_lag(self, lag: Duration) -> WindowedBolt:
+        """How far behind the latest timestamp a tuple may arrive and still be in its window."""
+        self.lag = _duration("lag", lag, self)
+        return self
+
+    def with_watermark_interval(self, interval: Duration) -> WindowedBolt:
+        """How often watermarks are made (default 1 s)."""
+        self.watermark_interval = _duration("watermark interval", interval, self)
+        return self
+
+    def with_late_tuple_stream(self, stream_id: str) -> WindowedBolt:
+        """Late tuples go to ``stream_id``, in a field ``tuple`` (a ``DetachedTuple``), anchored to themselves."""
+        if not isinstance(stream_id, str) or not stream_id:
+            raise InvalidTopologyError(f"windowed bolt {type(self).__name__}: a late tuple stream needs a name")
+        self.late_tuple_stream = stream_id
+        return self
+
+    # -- what the user writes ------------------------------------------------------------------------------
+    def prepare(self, conf: dict, context: Any, collector: Any) -> None:
+        pass
+
+    def execute(self, window: Window) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must define execute(window)")
+
+    def cleanup(self) -> None:
+        pass
+
+    # -- what the runtime asks -----------------------------------------------------------------------------
+    @property
+    def event_time(self) -> bool:
+        return self.timestamp_field is not None or self.timestamp_extractor is not None
+
+    def timestamp_of(self, tup: Any) -> int:
+        if self.timestamp_extractor is not None:
+            return self.timestamp_extractor(tup)
+        return tup[self.timestamp_field]
+
+
+def _duration(what: str, value: Any, bolt: WindowedBolt) -> Duration:
+    if not isinstance(value, Duration):
+        raise InvalidTopologyError(f"windowed bolt {type(bolt).__name__}: {what} must be a Duration, got {value!r}")
+    return value
