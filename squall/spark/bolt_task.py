@@ -217,7 +217,10 @@ class BoltTask:
             self.version = version
             return Snapshot(version, blob, delta=True)
         own = {id(obj): tag for tag, obj in self._own().items()}
-        state = {k: v for k, v in vars(self.bolt).items() if k not in self.unpicklable}
+        if getattr(self.bolt, "task_snapshots", True) is False:  # rebuilt by prepare(), as a Storm bolt restarts
+            state: dict[str, Any] = {}
+        else:
+            state = {k: v for k, v in vars(self.bolt).items() if k not in self.unpicklable}
         _plain_attributes(state)
         try:
             blob = self._dumps(state, own)

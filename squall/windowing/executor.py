@@ -77,6 +77,10 @@ class WindowedOutputCollector:
 
 
 class WindowedBoltExecutor(Bolt):
+    # Windows are not kept in task snapshots: a task rebuilt after a lost worker starts with empty windows, as a
+    # Storm bolt restarts, and the tuples they held time out and are replayed by their spouts.
+    task_snapshots = False
+
     def __init__(self, bolt: WindowedBolt) -> None:
         self.bolt = bolt
 
