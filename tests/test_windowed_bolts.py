@@ -1,0 +1,137 @@
+"""Windowed bolts in a topology, on simulated time: acked on expiry, emits anchored to the window, a raising
+window, processing-time windows on the topology's clock, event time with late tuples."""
+
+from __future__ import annotations
+
+from squall import BasicBolt, Bolt, Count, Duration, TopologyBuilder, WindowedBolt
+from squall.testing import FeederSpout
+
+
+class Contents(WindowedBolt):
+    """Emits the values of each window."""
+
+    outputs = ("values",)
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, window):
+        self.collector.emit([[t[0] for t in window.get()]])
+
+
+class RaisesOnSecondWindow(Contents):
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.windows = 0
+
+    def execute(self, window):
+        self.windows += 1
+        if self.windows == 2:
+            raise RuntimeError("second window")
+        super().execute(window)
+
+
+class FailSecondTuple(Bolt):
+    """Fails the second tuple it gets, acks the others."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.collector, self.seen = collector, 0
+
+    def execute(self, tup):
+        self.seen += 1
+        (self.collector.fail if self.seen == 2 else self.collector.ack)(tup)
+
+
+class Detached(BasicBolt):
+    """What arrives on the late stream: the late tuple's values."""
+
+    outputs = ("values",)
+
+    def execute(self, tup, collector):
+        collector.emit([list(tup["tuple"].values)])
+
+
+def feed(feeder, values):
+    for v in values:
+        feeder.feed([v], v)
+
+
+def test_tuples_are_acked_once_every_window_they_belong_to_has_fired(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    b.set_bolt("window", Contents().with_window(Count(4), Count(2))).shuffle_grouping("numbers")
+    run = cluster.submit_for_capture("acks", {}, b.build())
+    feed(feeder, range(1, 11))
+    cluster.wait_idle()
+    assert run.captured["window"] == [([1, 2],), ([1, 2, 3, 4],), ([3, 4, 5, 6],), ([5, 6, 7, 8],), ([7, 8, 9, 10],)]
+    assert feeder.acked == {1, 2, 3, 4, 5, 6} and feeder.failed == set()  # 7..10 are still in a window
+    feed(feeder, [11, 12])
+    cluster.wait_idle()
+    assert feeder.acked == set(range(1, 9))
+
+
+def test_emits_are_anchored_to_every_tuple_of_the_window(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    b.set_bolt("window", Contents().with_window(Count(4), Count(2))).shuffle_grouping("numbers")
+    b.set_bolt("sink", FailSecondTuple()).shuffle_grouping("window")
+    cluster.submit_topology("anchored", {}, b.build())
+    feed(feeder, range(1, 11))
+    cluster.wait_idle()
+    assert feeder.failed == {1, 2, 3, 4}  # the second window's emit failed: every tuple in it
+    assert feeder.acked == {5, 6}
+
+
+def test_a_raising_window_fails_its_new_tuples_and_the_topology_goes_on(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    b.set_bolt("window", RaisesOnSecondWindow().with_window(Count(4), Count(2))).shuffle_grouping("numbers")
+    run = cluster.submit_for_capture("raising", {}, b.build())
+    feed(feeder, range(1, 11))
+    cluster.wait_idle()
+    assert feeder.failed == {3, 4}
+    assert feeder.acked == {1, 2, 5, 6}
+    assert run.captured["window"] == [([1, 2],), ([3, 4, 5, 6],), ([5, 6, 7, 8],), ([7, 8, 9, 10],)]
+    stats = cluster.stats("raising")
+    assert stats.of("window").errors == 1 and "RuntimeError: second window" in stats.errors[-1].text
+
+
+def test_processing_time_windows_move_with_the_topologys_clock(cluster):
+    feeder = FeederSpout(["v"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    b.set_bolt("window", Contents().with_tumbling_window(Duration.seconds(10))).shuffle_grouping("numbers")
+    run = cluster.submit_for_capture("clock", {}, b.build())
+    feed(feeder, ["a", "b"])
+    cluster.advance_time(9)
+    assert run.captured["window"] == []  # ten seconds have not passed
+    cluster.advance_time(2)
+    assert run.captured["window"] == [(["a", "b"],)]
+    assert feeder.acked == set()  # still in the window that fired last
+    feed(feeder, ["c"])
+    cluster.advance_time(10)
+    assert run.captured["window"] == [(["a", "b"],), (["c"],)]
+    assert feeder.acked == {"a", "b"}
+
+
+def test_event_time_windows_fire_as_watermarks_pass_and_late_tuples_go_to_their_stream(cluster):
+    feeder = FeederSpout(["ts"])
+    window = Contents().with_window(Duration(20), Duration(10)).with_timestamp_field("ts").with_lag(Duration(5))
+    b = TopologyBuilder()
+    b.set_spout("events", feeder)
+    b.set_bolt("window", window.with_late_tuple_stream("late")).shuffle_grouping("events")
+    b.set_bolt("late", Detached()).shuffle_grouping("window", "late")
+    run = cluster.submit_for_capture("event-time", {}, b.build())
+    feed(feeder, [603, 605, 607, 618, 626, 636])
+    cluster.advance_time(1)  # a watermark: 636 less the 5 ms lag
+    assert run.captured["window"] == [([603, 605, 607],), ([603, 605, 607, 618],), ([618, 626],)]
+    feed(feeder, [600])  # before the watermark: late
+    cluster.advance_time(1)
+    assert run.captured["late"] == [([600],)]
+    assert 600 in feeder.acked and feeder.failed == set()
+    assert feeder.acked == {603, 605, 607, 600}  # expired from the last window (ended 630): 610 and before
