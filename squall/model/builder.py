@@ -23,6 +23,7 @@ from squall.model.groupings import (
 from squall.model.topology import ComponentSpec, Subscription, Topology
 from squall.windowing.bolt import WindowedBolt
 from squall.windowing.executor import WindowedBoltExecutor
+from squall.windowing.persistent import PersistentWindowedBoltExecutor
 
 
 @dataclass
@@ -103,7 +104,7 @@ class TopologyBuilder:
 
     def set_bolt(self, id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
         if isinstance(bolt, WindowedBolt):  # as Storm's setBolt(id, IWindowedBolt) does
-            bolt = WindowedBoltExecutor(bolt)
+            bolt = PersistentWindowedBoltExecutor(bolt) if bolt.persistent else WindowedBoltExecutor(bolt)
         declared = _Declared(id, "bolt", bolt, parallelism)
         self._declared.append(declared)
         return BoltDeclarer(declared)

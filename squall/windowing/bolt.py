@@ -145,6 +145,7 @@ class WindowedBolt:
     lag: Duration | None = None
     watermark_interval: Duration | None = None
     late_tuple_stream: str | None = None
+    persistent = False
 
     # -- declaring the window ---------------------------------------------------------------------------
     def with_window(self, length: WindowSpec, sliding: WindowSpec | None = None) -> WindowedBolt:
@@ -189,6 +190,13 @@ class WindowedBolt:
         if not isinstance(stream_id, str) or not stream_id:
             raise InvalidTopologyError(f"windowed bolt {type(self).__name__}: a late tuple stream needs a name")
         self.late_tuple_stream = stream_id
+        return self
+
+    def with_persistence(self) -> WindowedBolt:
+        """Keep the windows in the task's state (Storm's ``withPersistence``): they survive lost workers and
+        restarted drivers, and tuples are acked once a checkpoint holds them, not when they expire. The bolt
+        may define ``init_state(state)`` for state of its own, saved with the windows."""
+        self.persistent = True
         return self
 
     # -- what the user writes ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from squall.model.config import (
     TOPOLOGY_TICK_TUPLE_FREQ_SECS,
 )
 from squall.model.errors import InvalidTopologyError
+from squall.time import now
 from squall.windowing.bolt import (
     DEFAULT_WATERMARK_INTERVAL_MS,
     LATE_TUPLE_FIELD,
@@ -36,7 +37,7 @@ from squall.windowing.bolt import (
     Window,
     WindowedBolt,
 )
-from squall.windowing.manager import WindowManager
+from squall.windowing.manager import Event, WindowManager
 from squall.windowing.policies import (
     CountEvictionPolicy,
     CountTriggerPolicy,
@@ -62,12 +63,14 @@ class WindowedOutputCollector:
     def __init__(self, collector: Any) -> None:
         self._collector = collector
         self.anchors: Sequence = ()
+        self.anchored = True  # False for a persistent window, whose tuples are acked before it fires
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._collector.emit(values, list(self.anchors), stream)
+        return self._collector.emit(values, list(self.anchors) if self.anchored else None, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
-        self._collector.emit_direct(task, values, anchors=list(self.anchors), stream=stream)
+        anchors = list(self.anchors) if self.anchored else None
+        self._collector.emit_direct(task, values, anchors=anchors, stream=stream)
 
     def reset_timeout(self, tup: Any) -> None:
         self._collector.reset_timeout(tup)
@@ -116,16 +119,9 @@ class WindowedBoltExecutor(Bolt):
     def validate(self, component_id: str, conf: Mapping[str, Any]) -> None:
         """Storm's checks, at ``build()``: a window whose length plus sliding interval outlasts the message
         timeout (or outnumbers ``topology.max.spout.pending``) would have its tuples time out before it fires."""
+        self.check_declaration(component_id)
         bolt, name = self.bolt, f"windowed bolt {component_id!r}"
         length, sliding = bolt.window_length, bolt.sliding_interval
-        if length is None:
-            raise InvalidTopologyError(f"{name}: no window declared (with_window or with_tumbling_window)")
-        if bolt.late_tuple_stream is not None and not bolt.event_time:
-            raise InvalidTopologyError(f"{name}: a late tuple stream needs a timestamp field or extractor")
-        if bolt.timestamp_field is not None and bolt.timestamp_extractor is not None:
-            raise InvalidTopologyError(f"{name}: give a timestamp field or a timestamp extractor, not both")
-        if isinstance(sliding, Duration) and sliding.value == 0:
-            raise InvalidTopologyError(f"{name}: a sliding interval of 0 ms would fire without end")
         durations = sum(s.value for s in (length, sliding) if isinstance(s, Duration))
         counts = sum(s.value for s in (length, sliding) if isinstance(s, Count))
         timeouts_on = conf.get(TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS, True)
@@ -141,6 +137,18 @@ class WindowedBoltExecutor(Bolt):
                 f"{name}: window count (length + sliding interval) {counts} is more than "
                 f"{TOPOLOGY_MAX_SPOUT_PENDING} ({max_pending}): the window could never fill"
             )
+
+    def check_declaration(self, component_id: str) -> None:
+        """What every windowed bolt must declare, whatever its config."""
+        bolt, name = self.bolt, f"windowed bolt {component_id!r}"
+        if bolt.window_length is None:
+            raise InvalidTopologyError(f"{name}: no window declared (with_window or with_tumbling_window)")
+        if bolt.late_tuple_stream is not None and not bolt.event_time:
+            raise InvalidTopologyError(f"{name}: a late tuple stream needs a timestamp field or extractor")
+        if bolt.timestamp_field is not None and bolt.timestamp_extractor is not None:
+            raise InvalidTopologyError(f"{name}: give a timestamp field or a timestamp extractor, not both")
+        if isinstance(bolt.sliding_interval, Duration) and bolt.sliding_interval.value == 0:
+            raise InvalidTopologyError(f"{name}: a sliding interval of 0 ms would fire without end")
 
     # -- the bolt ------------------------------------------------------------------------------------------
     def prepare(self, conf: dict, context: Any, collector: Any) -> None:
@@ -190,7 +198,7 @@ class WindowedBoltExecutor(Bolt):
             self._timer()
             return
         if self._generator is None:
-            self._manager.add(tup)
+            self._add(tup, int(now() * 1000))
             return
         try:
             ts = int(self.bolt.timestamp_of(tup))
@@ -201,7 +209,7 @@ class WindowedBoltExecutor(Bolt):
                 f"{tup.source_component}/{tup.source_stream}: {exc}"
             ) from exc
         if self._generator.track((tup.source_component, tup.source_stream), ts):
-            self._manager.add(tup, ts)
+            self._add(tup, ts)
             return
         self.late_tuples += 1
         if self.bolt.late_tuple_stream is not None:
@@ -218,6 +226,10 @@ class WindowedBoltExecutor(Bolt):
                 tup.values,
             )
         self._collector.ack(tup)
+
+    def _add(self, tup: Any, ts: int) -> None:
+        """Into the windows; acked when it expires."""
+        self._manager.add_event(Event(tup, ts))
 
     def _timer(self) -> None:
         if self._generator is not None:

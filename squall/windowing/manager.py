@@ -248,6 +248,25 @@ class WindowManager:
     def __len__(self) -> int:
         return len(self._events) - self._head
 
+    def system_state(self) -> dict[str, Any]:
+        """What, besides its events, the manager needs to go on after a restart (persistent windows)."""
+        return {
+            "seq": self._seq,
+            "previous": self._previous,
+            "since_expiry": self._since_expiry,
+            "earliest_added": self._earliest_added,
+            **self.get_state(),
+        }
+
+    def restore(self, events: list[Event], expired: list, system: dict[str, Any]) -> None:
+        """Start again from ``events`` (each with its ``seq``), the values expired since the last firing, and
+        ``system_state()``."""
+        self._events = sorted(events, key=_key)
+        self._head, self._expired, self._views = 0, list(expired), []
+        self._seq, self._previous = system["seq"], system["previous"]
+        self._since_expiry, self._earliest_added = system["since_expiry"], system["earliest_added"]
+        self.restore_state(system)
+
     def get_state(self) -> dict[str, Any]:
         return {"es": self.eviction_policy.get_state(), "ts": self.trigger_policy.get_state()}
 
