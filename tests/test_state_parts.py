@@ -61,6 +61,20 @@ def test_a_checkpoint_that_did_not_complete_leaves_its_parts_to_the_next_commit(
     assert provider.load().states == {1: {"a": 3}, 2: {"b": 3}}
 
 
+def test_a_commit_whose_whole_parts_make_an_older_part_redundant_still_loads(provider):
+    """A task's part of checkpoint 2 comes only with the commit of 3, beside whole parts of 3 from every task:
+    the older part goes, and the commit does not name it any more."""
+    provider.prepare(1, 1, StatePart({"a": 1}, [], whole=True))
+    provider.prepare(1, 2, StatePart({"b": 1}, [], whole=True))
+    provider.commit(1, LAYOUT, [(1, 1, True), (1, 2, True)])
+    provider.prepare(2, 1, StatePart({"a": 2}, []))
+    provider.prepare(3, 1, StatePart({"a": 3}, [], whole=True))
+    provider.prepare(3, 2, StatePart({"b": 3}, [], whole=True))
+    provider.commit(3, LAYOUT, [(2, 1, False), (3, 1, True), (3, 2, True)])
+
+    assert provider.load().states == {1: {"a": 3}, 2: {"b": 3}}
+
+
 def test_whole_parts_from_every_task_replace_what_came_before(provider, tmp_path):
     for checkpoint in (1, 2):
         provider.prepare(checkpoint, 1, StatePart({"a": checkpoint, f"old{checkpoint}": 1}, []))

@@ -135,3 +135,25 @@ def test_event_time_windows_fire_as_watermarks_pass_and_late_tuples_go_to_their_
     assert run.captured["late"] == [([600],)]
     assert 600 in feeder.acked and feeder.failed == set()
     assert feeder.acked == {603, 605, 607, 600}  # expired from the last window (ended 630): 610 and before
+
+
+def test_a_replayed_message_still_in_a_window_is_not_added_twice(cluster):
+    feeder = FeederSpout(["id", "v"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    window = Contents().with_window(Count(4), Count(2)).with_message_id_field("id")
+    b.set_bolt("window", window).shuffle_grouping("numbers")
+    run = cluster.submit_for_capture("dedup", {}, b.build())
+    for i in (1, 2, 3):
+        feeder.feed([i, i * 10], i)
+    feeder.feed([2, 20], "replay of 2")  # its message is still in the window
+    feeder.feed([4, 40], 4)
+    cluster.wait_idle()
+    assert run.captured["window"] == [([1, 2],), ([1, 2, 3, 4],)]
+    assert feeder.acked == {"replay of 2"}  # acked at once; the others are held by their windows
+    feed_more = [(5, 50, 5), (6, 60, 6), (1, 10, "replay of 1")]  # 1 expires at the firing on 6; then it is new
+    for i, v, msg_id in feed_more:
+        feeder.feed([i, v], msg_id)
+    cluster.wait_idle()
+    assert run.captured["window"][2:] == [([3, 4, 5, 6],)]
+    assert feeder.acked == {"replay of 2", 1, 2}

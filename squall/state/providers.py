@@ -145,9 +145,12 @@ class FileStateProvider:
     def commit(self, checkpoint: int, layout: dict[str, list[int]], parts: list[tuple[int, int, bool]]) -> None:
         """Checkpoint ``checkpoint`` is complete: it takes in the ``(checkpoint, task, whole)`` parts the tasks
         prepared since the last one, in order. Once every task's part of it is whole, older files go."""
-        self._write(self._path("commit", checkpoint), {"layout": layout, "parts": parts})
         tasks = {t for ts in layout.values() for t in ts}
-        if tasks <= {task for number, task, whole in parts if number == checkpoint and whole}:
+        whole = tasks <= {task for number, task, is_whole in parts if number == checkpoint and is_whole}
+        if whole:  # every task's whole state is in this checkpoint's parts: the older parts are not needed
+            parts = [p for p in parts if p[0] == checkpoint]
+        self._write(self._path("commit", checkpoint), {"layout": layout, "parts": parts})
+        if whole:
             self._remove(lambda number, _: number < checkpoint)
 
     def discard_uncommitted(self, last: int) -> None:

@@ -146,6 +146,7 @@ class WindowedBolt:
     watermark_interval: Duration | None = None
     late_tuple_stream: str | None = None
     persistent = False
+    message_id_field: str | None = None
 
     # -- declaring the window ---------------------------------------------------------------------------
     def with_window(self, length: WindowSpec, sliding: WindowSpec | None = None) -> WindowedBolt:
@@ -190,6 +191,15 @@ class WindowedBolt:
         if not isinstance(stream_id, str) or not stream_id:
             raise InvalidTopologyError(f"windowed bolt {type(self).__name__}: a late tuple stream needs a name")
         self.late_tuple_stream = stream_id
+        return self
+
+    def with_message_id_field(self, name: str) -> WindowedBolt:
+        """Each tuple's field ``name`` identifies its message, the same when it is replayed: a replayed tuple
+        whose message is still in a window is acked and not added again, so a window holds each message once
+        (as Storm's ``withMessageIdField`` keeps windows from counting a replay twice)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidTopologyError(f"windowed bolt {type(self).__name__}: a message id field needs a name")
+        self.message_id_field = name
         return self
 
     def with_persistence(self) -> WindowedBolt:

@@ -156,6 +156,8 @@ class WindowedBoltExecutor(Bolt):
         self._windowed = WindowedOutputCollector(collector)
         self._component = context.component_id
         self._failed: set[int] = set()  # ids of held tuples failed with a window that raised
+        self._message_ids: dict[Any, None] | None = {} if self.bolt.message_id_field else None  # in the windows
+        self.duplicates = 0  # tuples not added: their message id was in a window already
         self.late_tuples = 0
         bolt = self.bolt
         bolt.prepare(conf, context, self._windowed)
@@ -198,7 +200,8 @@ class WindowedBoltExecutor(Bolt):
             self._timer()
             return
         if self._generator is None:
-            self._add(tup, int(now() * 1000))
+            if not self._duplicate(tup):
+                self._add(tup, int(now() * 1000))
             return
         try:
             ts = int(self.bolt.timestamp_of(tup))
@@ -209,7 +212,8 @@ class WindowedBoltExecutor(Bolt):
                 f"{tup.source_component}/{tup.source_stream}: {exc}"
             ) from exc
         if self._generator.track((tup.source_component, tup.source_stream), ts):
-            self._add(tup, ts)
+            if not self._duplicate(tup):
+                self._add(tup, ts)
             return
         self.late_tuples += 1
         if self.bolt.late_tuple_stream is not None:
@@ -226,6 +230,23 @@ class WindowedBoltExecutor(Bolt):
                 tup.values,
             )
         self._collector.ack(tup)
+
+    def _duplicate(self, tup: Any) -> bool:
+        """A replay of a tuple still in a window (by its message id field): acked, and not added again."""
+        ids = self._message_ids
+        if ids is None:
+            return False
+        key = tup[self.bolt.message_id_field]
+        if key not in ids:
+            ids[key] = None
+            return False
+        self.duplicates += 1
+        self._collector.ack(tup)
+        return True
+
+    def _forget(self, tup: Any) -> None:
+        if self._message_ids is not None:
+            self._message_ids.pop(tup[self.bolt.message_id_field], None)
 
     def _add(self, tup: Any, ts: int) -> None:
         """Into the windows; acked when it expires."""
@@ -245,6 +266,7 @@ class WindowedBoltExecutor(Bolt):
     def on_expiry(self, tuples: list) -> None:
         ack, failed = self._collector.ack, self._failed
         for tup in tuples:
+            self._forget(tup)
             if failed and id(tup) in failed:
                 failed.discard(id(tup))
                 continue

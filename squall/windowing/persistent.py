@@ -97,6 +97,8 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt):
             if key[:2] == ("window", "part"):
                 for record in state.get(key).values():
                     events.append(self._event_of(record, fields_of))
+        if self._message_ids is not None:
+            self._message_ids = {e.value[self.bolt.message_id_field]: None for e in events}
         expired = [self._event_of(record, fields_of).value for record in system["expired"]]
         self._expired_records = list(system["expired"])
         self._manager.restore(events, expired, system["manager"])
@@ -129,6 +131,7 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt):
 
     def on_expiry(self, tuples: list) -> None:
         for tup in tuples:
+            self._forget(tup)
             record = self._records.pop(id(tup), None)
             if record is None:
                 continue
