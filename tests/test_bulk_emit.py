@@ -128,3 +128,30 @@ def test_emit_many_reaches_every_subscriber_of_the_stream(cluster):
     assert seen["failed"] == {n for n in range(300) if n % 7 == 0}
     assert seen["acked"] == {n for n in range(300) if n % 7}
     assert cluster.stats("two").of("all").executed == 600  # every row to both of its tasks
+
+
+class SomeUntracked(Spout):
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.done = collector, False
+        self.seen = SEEN["untracked"] = {"acked": set(), "failed": set()}
+
+    def next_tuple(self):
+        if not self.done:
+            self.done = True
+            self.collector.emit_many([[1], [2], [3]], [None, 2, None])  # None: untracked, as for emit
+
+    def ack(self, msg_id):
+        self.seen["acked"].add(msg_id)
+
+
+def test_a_row_with_no_msg_id_is_untracked(cluster):
+    b = TopologyBuilder()
+    b.set_spout("numbers", SomeUntracked())
+    b.set_bolt("drop", Drop()).shuffle_grouping("numbers")
+    cluster.submit_topology("untracked", {}, b.build())
+    cluster.wait_idle()
+    assert SEEN["untracked"]["acked"] == {2}
+    stats = cluster.stats("untracked").of("numbers")
+    assert (stats.emitted, stats.acked, stats.failed) == (3, 1, 0)

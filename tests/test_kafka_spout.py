@@ -382,3 +382,29 @@ def test_word_count_through_kafka_commits_every_offset_with_failures_replayed(ka
     emitted = Counter(n for n, _ in run.captured["kafka"])
     assert emitted == Counter({n: 2 if n % 10 == 0 else 1 for n in range(400)})  # each failed record once more
     assert json.loads(json.dumps(sorted(emitted))) == list(range(400))
+
+
+def test_a_translated_row_the_stream_does_not_take_is_set_aside_and_the_rest_of_the_poll_goes_on(kafka_server):
+    topic, group = unique("badrow"), unique("g")
+    create_topic(kafka_server.servers, topic, 1)
+    produce(kafka_server.servers, topic, [1, 2, 3, 4, 5])
+
+    def translate(record):
+        value = json.loads(record.value())
+        return [value, "extra"] if value == 3 else [value]  # 3 has a value too many for the stream
+
+    spout = KafkaSpout(topic, kafka_server.servers, group, translator=translate, fields=["n"], poll_timeout_ms=50)
+    b = TopologyBuilder()
+    b.set_spout("kafka", spout)
+    b.set_bolt("sink", Sink()).shuffle_grouping("kafka")
+    with TestCluster() as cluster:
+        run = cluster.submit_for_capture("bad-row", {}, b.build())
+        stats = run.stats.of("kafka")
+        deadline = time.monotonic() + 30
+        while stats.acked + stats.malformed < 5:
+            assert time.monotonic() < deadline, (stats.acked, stats.malformed)
+            run.step()
+        cluster.kill_topology("bad-row")  # the last commit
+    assert sorted(run.captured["kafka"]) == [(1,), (2,), (4,), (5,)]
+    assert (stats.acked, stats.malformed) == (4, 1)
+    assert committed_offsets(kafka_server.servers, group, topic) == {0: 5}  # the bad record does not hold it back

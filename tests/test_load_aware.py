@@ -150,3 +150,14 @@ def test_picks_taken_at_once_are_the_picks_one_by_one():
     for n in (1, 7, 1500, 3):  # across the draws of many passes
         assert at_once.take(n) == [one_by_one(()) for _ in range(n)]
         assert plain_at_once.take(n) == [plain(()) for _ in range(n)]
+
+
+def test_weights_that_change_every_few_picks_still_reach_every_target():
+    weights, targets = TaskWeights(), [10, 11, 12, 13]
+    pick = LoadAwareShuffle(1, targets, weights)
+    picks = Counter()
+    for step in range(200):
+        share = (0.5, 1.0, 2.0, 4.0) if step % 2 else (0.5, 1.0, 2.0, 3.0)
+        weights.update(share, {t: i for i, t in enumerate(targets)})
+        picks.update(pick(()) for _ in range(3))
+    assert set(picks) == set(targets) and picks[13] > picks[12] > picks[11] > picks[10]

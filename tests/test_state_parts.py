@@ -75,6 +75,29 @@ def test_a_commit_whose_whole_parts_make_an_older_part_redundant_still_loads(pro
     assert provider.load().states == {1: {"a": 3}, 2: {"b": 3}}
 
 
+def test_a_driver_that_dies_while_removing_old_files_leaves_a_state_that_loads(tmp_path, monkeypatch):
+    provider = FileStateProvider(str(tmp_path / "state"))
+    for checkpoint in (1, 2):
+        provider.prepare(checkpoint, 1, StatePart({"a": checkpoint}, [], whole=checkpoint == 1))
+        provider.commit(checkpoint, {"count": [1]}, [(checkpoint, 1, checkpoint == 1)])
+    provider.prepare(3, 1, StatePart({"a": 3}, [], whole=True))
+    removed = []
+
+    def remove_then_die(path):
+        if removed:
+            raise SystemExit("the driver dies")
+        removed.append(path)
+        real_remove(path)
+
+    real_remove = os.remove
+    monkeypatch.setattr("squall.state.providers.os.remove", remove_then_die)
+    with pytest.raises(SystemExit):
+        provider.commit(3, {"count": [1]}, [(3, 1, True)])
+    monkeypatch.undo()
+    assert os.path.basename(removed[0]).startswith("commit-")  # commits go first
+    assert FileStateProvider(str(tmp_path / "state")).load().states == {1: {"a": 3}}
+
+
 def test_whole_parts_from_every_task_replace_what_came_before(provider, tmp_path):
     for checkpoint in (1, 2):
         provider.prepare(checkpoint, 1, StatePart({"a": checkpoint, f"old{checkpoint}": 1}, []))

@@ -10,8 +10,9 @@ import pytest
 from squall import BasicBolt, Count, Duration, InvalidTopologyError, Spout, TopologyBuilder, WindowedBolt
 from squall.model.fields import Fields
 from squall.model.topology import TopologyContext
-from squall.model.tuple import Tuple
+from squall.model.tuple import TICK_COMPONENT, TICK_STREAM, Tuple
 from squall.spark.records import check_emit
+from squall.time import simulated_time
 from squall.windowing.bolt import DetachedTuple
 from squall.windowing.executor import WindowedBoltExecutor
 
@@ -183,3 +184,20 @@ def test_a_window_needs_counts_or_durations():
         RecordingWindows().with_window(10)
     with pytest.raises(ValueError, match="Count must be a whole number of tuples >= 1, got 0"):
         Count(0)
+
+
+def test_ticks_that_come_together_after_a_stall_fire_one_window():
+    bolt = RecordingWindows().with_window(Duration.seconds(3), Duration.seconds(1))
+    with simulated_time(1.0):
+        executor, _ = prepared(bolt)
+    for t in (1.5, 2.5, 3.5, 4.25, 4.75):
+        with simulated_time(t):
+            executor.execute(tuple_of(int(t * 1000)))
+    tick = Tuple((1,), Fields(["rate_secs"]), TICK_COMPONENT, -1, TICK_STREAM)
+    with simulated_time(5.0):
+        executor.execute(tick)
+        executor.execute(tick)  # a second tick at the same moment: the first one already fired
+    assert [[t[0] for t in w.get()] for w in bolt.windows] == [[1500, 2500, 3500, 4250, 4750]]
+    with simulated_time(6.0):
+        executor.execute(tick)
+    assert [t[0] for t in bolt.windows[-1].get()] == [3500, 4250, 4750]  # the last 3 s before 5.999

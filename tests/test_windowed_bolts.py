@@ -3,7 +3,9 @@ window, processing-time windows on the topology's clock, event time with late tu
 
 from __future__ import annotations
 
-from squall import BasicBolt, Bolt, Count, Duration, TopologyBuilder, WindowedBolt
+import pytest
+
+from squall import BasicBolt, Bolt, Count, Duration, InvalidTopologyError, TopologyBuilder, WindowedBolt
 from squall.testing import FeederSpout
 
 
@@ -137,11 +139,16 @@ def test_event_time_windows_fire_as_watermarks_pass_and_late_tuples_go_to_their_
     assert feeder.acked == {603, 605, 607, 600}  # expired from the last window (ended 630): 610 and before
 
 
+class Persistent(Contents):
+    def init_state(self, state):
+        pass
+
+
 def test_a_replayed_message_still_in_a_window_is_not_added_twice(cluster):
     feeder = FeederSpout(["id", "v"])
     b = TopologyBuilder()
     b.set_spout("numbers", feeder)
-    window = Contents().with_window(Count(4), Count(2)).with_message_id_field("id")
+    window = Persistent().with_window(Count(4), Count(2)).with_message_id_field("id").with_persistence()
     b.set_bolt("window", window).shuffle_grouping("numbers")
     run = cluster.submit_for_capture("dedup", {}, b.build())
     for i in (1, 2, 3):
@@ -150,10 +157,18 @@ def test_a_replayed_message_still_in_a_window_is_not_added_twice(cluster):
     feeder.feed([4, 40], 4)
     cluster.wait_idle()
     assert run.captured["window"] == [([1, 2],), ([1, 2, 3, 4],)]
-    assert feeder.acked == {"replay of 2"}  # acked at once; the others are held by their windows
-    feed_more = [(5, 50, 5), (6, 60, 6), (1, 10, "replay of 1")]  # 1 expires at the firing on 6; then it is new
-    for i, v, msg_id in feed_more:
+    for i, v, msg_id in [(5, 50, 5), (6, 60, 6), (1, 10, "replay of 1")]:  # 1 expires at the firing on 6
         feeder.feed([i, v], msg_id)
+    feeder.feed([7, 70], 7)
     cluster.wait_idle()
-    assert run.captured["window"][2:] == [([3, 4, 5, 6],)]
-    assert feeder.acked == {"replay of 2", 1, 2}
+    assert run.captured["window"][2:] == [([3, 4, 5, 6],), ([5, 6, 1, 7],)]  # 1 left the windows: it is new
+    cluster.advance_time(1)  # the checkpoint: every tuple is acked, the duplicate too
+    assert feeder.acked == {1, 2, 3, 4, 5, 6, 7, "replay of 2", "replay of 1"} and feeder.failed == set()
+
+
+def test_a_message_id_field_needs_persistence():
+    b = TopologyBuilder()
+    b.set_spout("numbers", FeederSpout(["id", "v"]))
+    b.set_bolt("window", Contents().with_window(Count(4)).with_message_id_field("id")).shuffle_grouping("numbers")
+    with pytest.raises(InvalidTopologyError, match="windowed bolt 'window': a message id field needs with_persistence"):
+        b.build()

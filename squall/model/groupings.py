@@ -45,11 +45,12 @@ class Grouping:
 
 
 class ShuffledRing:
-    """Picks that go round ``ring`` in a fresh random order each pass, seeded by ``seed``: reproducible, and each
-    pass of ``len(ring)`` picks holds every entry of the ring once. Passes are drawn many at a time."""
+    """Picks that go round ``ring`` in a fresh random order each pass, seeded by ``seed`` (or drawn from a
+    generator): reproducible, and each pass of ``len(ring)`` picks holds every entry of the ring once. Passes are
+    drawn many at a time."""
 
-    def __init__(self, seed: int, ring: Sequence[int]) -> None:
-        self._rng = np.random.default_rng(seed)
+    def __init__(self, seed: int | np.random.Generator, ring: Sequence[int]) -> None:
+        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         self._ring = np.asarray(ring, dtype=np.int64)
         self._passes = max(1, RING_DRAW // len(self._ring))
         self._picks: list[int] = []

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from squall.model.groupings import ShuffledRing
 
 LOAD_WINDOW_SECS = 0.25  # a worker's load is measured over at least this long
@@ -110,11 +112,11 @@ class LoadAwareShuffle:
     ``ShuffleGrouping``'s picker, the same tuples to the same tasks."""
 
     def __init__(self, source_task: int, targets: Sequence[int], weights: TaskWeights) -> None:
-        self._source = source_task
+        self._rng = np.random.default_rng(source_task)  # one generator across deals: a new ring, new orders
         self._targets = list(targets)
         self._weights = weights
         self._version = -1
-        self._pick = ShuffledRing(source_task, self._targets)
+        self._pick = ShuffledRing(self._rng, self._targets)
 
     def _deal(self) -> None:
         self._version = self._weights.version
@@ -126,7 +128,7 @@ class LoadAwareShuffle:
             size = RING * len(self._targets)
             counts = [max(1, round(size * s / total)) for s in shares]
             ring = [t for t, n in zip(self._targets, counts, strict=True) for _ in range(n)]
-        self._pick = ShuffledRing(self._source, ring)
+        self._pick = ShuffledRing(self._rng, ring)
 
     def __call__(self, values: Any) -> int:
         if self._version != self._weights.version:

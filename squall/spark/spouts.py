@@ -92,11 +92,11 @@ class SpoutOutputCollector:
         pick = self._pickers.get(stream)
         if pick is None:
             pick = self._pickers[stream] = self._routes.picker(stream) or False
-        if pick is not False:
+        if pick is not False and (msg_ids is None or None not in msg_ids):
             take = getattr(pick, "take", None)  # a shuffle's picks do not depend on the values: drawn at once
             targets = take(len(rows)) if take is not None else list(map(pick, rows))
             self._host.emit_many(self._component, self._task, stream, rows, msg_ids, targets)
-        else:  # several subscribers, or a grouping that sends a tuple to several tasks
+        else:  # several subscribers, a grouping that sends a tuple to several tasks, or untracked rows among them
             for i, values in enumerate(rows):
                 targets = [task for _, task in self._routes.targets(stream, values)]
                 self._host.emit(

@@ -125,8 +125,9 @@ class FileStateProvider:
         return sorted(found, key=lambda f: (f[0], f[1] == "delta"))
 
     def _remove(self, doomed: Callable[[int, str], bool]) -> None:
-        """Remove every file whose ``(checkpoint id, kind)`` is ``doomed``."""
-        for number, kind, path in self._files():
+        """Remove every file whose ``(checkpoint id, kind)`` is ``doomed``: commits first, so that a crash on the
+        way never leaves a commit naming a part that is gone."""
+        for number, kind, path in sorted(self._files(), key=lambda f: f[1] != "commit"):
             if doomed(number, kind):
                 os.remove(path)
 

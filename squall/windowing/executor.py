@@ -149,6 +149,9 @@ class WindowedBoltExecutor(Bolt):
             raise InvalidTopologyError(f"{name}: give a timestamp field or a timestamp extractor, not both")
         if isinstance(bolt.sliding_interval, Duration) and bolt.sliding_interval.value == 0:
             raise InvalidTopologyError(f"{name}: a sliding interval of 0 ms would fire without end")
+        if bolt.message_id_field is not None and not bolt.persistent:
+            # An in-memory window keeps a failed tuple until it expires: its replay must come in again.
+            raise InvalidTopologyError(f"{name}: a message id field needs with_persistence()")
 
     # -- the bolt ------------------------------------------------------------------------------------------
     def prepare(self, conf: dict, context: Any, collector: Any) -> None:
@@ -256,7 +259,9 @@ class WindowedBoltExecutor(Bolt):
         if self._generator is not None:
             self._generator.run()
         elif isinstance(self._trigger, TimeTriggerPolicy):
-            self._trigger.run()
+            moment = int(now() * 1000)
+            if self._trigger.due(moment):  # ticks that came late, together, fire one window
+                self._trigger.run(moment)
 
     def cleanup(self) -> None:
         self._manager.shutdown()

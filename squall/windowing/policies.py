@@ -262,19 +262,17 @@ class TimeTriggerPolicy(TriggerPolicy):
 
     def __init__(self, duration: int, handler: TriggerHandler, eviction_policy: EvictionPolicy | None = None) -> None:
         self.duration, self.handler, self.eviction_policy = duration, handler, eviction_policy
-        self.next_fire: int | None = None  # when ``due`` says the next firing is
-
-    def start(self) -> None:
-        self.next_fire = _now_ms() + self.duration
+        self.last_fire: int | None = None
 
     def due(self, now: int) -> bool:
-        return self.next_fire is not None and now >= self.next_fire
+        """Whether a tick at ``now`` fires: not if one fired less than half an interval before (ticks that
+        arrive together after a stall fire one window, not several at the same time)."""
+        return self.last_fire is None or now - self.last_fire >= self.duration / 2
 
     def run(self, now: int | None = None) -> None:
         """One firing, as Storm's timer task: the reference time is a millisecond before ``now``."""
         now = _now_ms() if now is None else now
-        if self.next_fire is not None:
-            self.next_fire = max(self.next_fire + self.duration, now + 1)
+        self.last_fire = now
         if self.eviction_policy is not None:
             self.eviction_policy.set_context(EvictionContext(now - 1, sliding_interval=self.duration))
         self.handler.on_trigger()

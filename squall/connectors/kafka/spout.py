@@ -360,13 +360,19 @@ class KafkaSpout(Spout):
             self._in_flight.update(zip(msg_ids, zip(repeat(stream, len(rows)), rows, strict=True), strict=True))
         emit_many = getattr(self._collector, "emit_many", None)
         if emit_many is not None:
-            emit_many(rows, msg_ids, stream)
-        elif msg_ids is None:
-            for values in rows:
-                self._collector.emit(values, stream=stream)
-        else:
-            for values, msg_id in zip(rows, msg_ids, strict=True):
+            try:
+                emit_many(rows, msg_ids, stream)
+                return
+            except (TypeError, ValueError):  # a row the stream does not take: the others go one by one
+                pass
+        for i, values in enumerate(rows):
+            msg_id = None if msg_ids is None else msg_ids[i]
+            try:
                 self._collector.emit(values, stream=stream, msg_id=msg_id)
+            except (TypeError, ValueError) as exc:  # logged, counted and acked: it never blocks its partition
+                self._collector.report_malformed(f"{msg_id or 'a record'} on stream {stream!r}: {exc}; acked")
+                if msg_id is not None:
+                    self.ack(msg_id)
 
     def _housekeeping(self) -> None:
         """Between polls: look for new partitions, and commit, when their periods have passed."""
