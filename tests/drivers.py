@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -47,3 +48,12 @@ def finish_driver(process: subprocess.Popen, timeout: float = 600) -> str:
     output, _ = process.communicate(timeout=timeout)
     assert process.returncode == 0, output
     return output
+
+
+def wait(condition, driver: subprocess.Popen, what: str, timeout: float = 400) -> None:
+    """Until ``condition()`` holds; an error naming ``what`` if the driver ends first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert driver.poll() is None, f"the driver ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.5)

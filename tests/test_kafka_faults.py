@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from drivers import wait
 from servers import KafkaServer, SparkStandaloneCluster
 
 from squall import BasicBolt, TopologyBuilder
@@ -47,14 +48,6 @@ def counted(out: Path) -> list[tuple[int, str]]:
 
 def messages_counted(out: Path) -> int:
     return len({msg for msg, _ in counted(out)})
-
-
-def wait(condition, driver, what: str, timeout: float = 400) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert driver.poll() is None, f"the driver ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.5)
 
 
 def test_kafka_word_count_survives_a_worker_kill_and_a_driver_kill(kafka_server, standalone, tmp_path):

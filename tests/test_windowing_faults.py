@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from drivers import wait
 from servers import SparkStandaloneCluster
 
 from squall.connectors import ReliableQueue
@@ -40,14 +41,6 @@ def windows(out: Path) -> list[tuple[int, int, int]]:
         for line in path.read_text().splitlines()
         for end, total, count in [line.split(" ")]
     ]
-
-
-def wait(condition, driver, what: str, timeout: float = 400) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert driver.poll() is None, f"the driver ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.5)
 
 
 def test_a_persistent_sliding_sum_survives_a_worker_kill_and_a_driver_kill(standalone, tmp_path):

@@ -110,15 +110,8 @@ class EmitChecker:
         return check_emit(self._topology, self._component, stream, values)
 
     def many(self, stream: str, rows: Sequence[Any]) -> list[tuple]:
-        """Each of ``rows`` checked as ``__call__`` checks one, in one loop."""
-        arity, plain, checked = self.arity.get(stream), PLAIN_TYPES.issuperset, []
-        add = checked.append
-        for values in rows:
-            if type(values) in (tuple, list) and len(values) == arity and plain(map(type, values)):
-                add(tuple(values))
-            else:
-                add(check_emit(self._topology, self._component, stream, values))
-        return checked
+        """Each of ``rows`` checked as ``__call__`` checks one."""
+        return [self(stream, values) for values in rows]
 
 
 def direct_target(topology: Topology, component: str, stream: str, task: int) -> str:

@@ -277,12 +277,16 @@ class WindowedBoltExecutor(Bolt):
                 continue
             ack(tup)
 
-    def on_activation(self, tuples: Sequence, new: list, expired: list, reference_time: int | None) -> None:
+    def window(self, tuples: Sequence, new: list, expired: list, reference_time: int | None) -> Window:
+        """What ``execute`` gets: the window's tuples, with a start for a time window."""
         length = self.bolt.window_length
         start = reference_time - length.value if isinstance(length, Duration) and reference_time is not None else None
+        return Window(tuples, new, expired, start, reference_time)
+
+    def on_activation(self, tuples: Sequence, new: list, expired: list, reference_time: int | None) -> None:
         self._windowed.anchors = tuples
         try:
-            self.bolt.execute(Window(tuples, new, expired, start, reference_time))
+            self.bolt.execute(self.window(tuples, new, expired, reference_time))
         except Exception as exc:
             self._collector.report_error(exc)
             log.error("windowed bolt %s: execute(window) raised; the window's new tuples fail", self._component)

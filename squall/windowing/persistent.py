@@ -26,7 +26,6 @@ from squall.model.config import (
 )
 from squall.model.errors import InvalidTopologyError
 from squall.model.tuple import Tuple
-from squall.windowing.bolt import Duration, Window
 from squall.windowing.executor import WindowedBoltExecutor
 from squall.windowing.manager import Event
 
@@ -152,10 +151,8 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt):
         return fired
 
     def on_activation(self, tuples, new, expired, reference_time) -> None:
-        length = self.bolt.window_length
-        start = reference_time - length.value if isinstance(length, Duration) and reference_time is not None else None
         try:
-            self.bolt.execute(Window(tuples, new, expired, start, reference_time))
+            self.bolt.execute(self.window(tuples, new, expired, reference_time))
         except Exception as exc:  # the window's tuples are durably in it: the error is counted, nothing fails
             self._collector.report_error(exc)
 
