@@ -3,7 +3,8 @@
 Messages are ``[id, value, ts]``. The windowed bolt sums the values of the last 2 s of event time every 1 s and
 emits ``(end, sum, count)``; the sink appends ``<end> <sum> <count>`` to a file of its own, so a test can check
 every window's sum and that none is lost. The window knows each message by its ``id``: a tuple replayed after a
-lost worker while its message is still in the window is not added twice. The queue's path comes from
+lost worker while its message is still in the window is not added twice. At most 100 of the window's 200
+tuples are in memory: the others are in sealed partitions in the checkpoint directory. The queue's path comes from
 ``test.queue``, the output directory from ``test.out``.
 """
 
@@ -51,6 +52,7 @@ class WriteDown(BasicBolt):
 def build_topology(conf):
     window = SlidingSum().with_window(Duration(LENGTH_MS), Duration(SLIDE_MS)).with_timestamp_field("ts")
     window = window.with_watermark_interval(Duration(200)).with_message_id_field("id").with_persistence()
+    window = window.with_max_events_in_memory(100)
     b = TopologyBuilder()
     b.set_spout("numbers", QueueSpout(conf["test.queue"], "numbers", fields=["id", "value", "ts"]))
     b.set_bolt("sum", window).global_grouping("numbers")

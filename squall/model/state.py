@@ -52,10 +52,13 @@ class KeyValueState:
     """A task's keys and values (Storm's ``KeyValueState``); keys and values must be picklable.
 
     ``put``, ``get``, ``delete``, ``in``, iteration over the keys and ``len`` work as on a dict.
+    ``blobs``, where the runtime gives one (``squall.state.blobs.StateBlobs``), keeps values written once beside
+    the state, which the state names instead of holding them (``None`` under ``TestCluster``).
     """
 
-    def __init__(self, component: str = "", data: dict[Any, Any] | None = None) -> None:
+    def __init__(self, component: str = "", data: dict[Any, Any] | None = None, blobs: Any = None) -> None:
         self.component = component
+        self.blobs = blobs
         self._data: dict[Any, Any] = dict(data) if data else {}
         # Since the last take_changes(): keys put, with their values, and keys deleted (a key deleted and then
         # put again is in both, and comes out put).

@@ -42,6 +42,7 @@ from squall.spark.load import TaskWeights
 from squall.spark.protocol import RunSettings, Snapshot, TaskStatus
 from squall.spark.records import TICK_FIELDS
 from squall.spark.shipping import ShippedTopology, new_component, shipped_runs
+from squall.state.blobs import StateBlobs
 
 log = logging.getLogger("squall.task")
 
@@ -166,7 +167,7 @@ class BoltTask:
         self._fields: dict[tuple[str, str], Any] = {}
         self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
         # A stateful bolt's state is its KeyValueState, handed over by init_state() once restored.
-        self.state = KeyValueState(component) if isinstance(self.bolt, StatefulBolt) else None
+        self.state = KeyValueState(component, blobs=self._blobs()) if isinstance(self.bolt, StatefulBolt) else None
         self.unsaved = StateDelta()  # changes taken from the state and not yet in a written checkpoint part
         self.whole_part_due = True  # its next checkpoint part holds all of its state
         task_conf = {**shipped.conf, **spec.conf}
@@ -181,6 +182,14 @@ class BoltTask:
             raise TaskSetupError(component, task, "prepare() raised", exc) from exc
 
     # -- state ---------------------------------------------------------------
+    def _blobs(self) -> StateBlobs | None:
+        """Where the state's blobs go: the state provider, when the workers write the checkpoints and the
+        snapshots (a state restored from either may name a blob, so both must say when one can go)."""
+        settings = self.settings
+        if settings.state_store is None or settings.snapshot_root is None:
+            return None
+        return StateBlobs.open(settings.state_store, self.component, self.task)
+
     def _own(self) -> dict[str, Any]:
         own = {"bolt": self.bolt, "collector": self.collector, "context": self.context}
         if self.basic_collector is not None:
@@ -248,7 +257,7 @@ class BoltTask:
 
     def restore(self, snapshot: Snapshot) -> None:
         if self.state is not None:  # the whole state, as the driver keeps it
-            self.state = KeyValueState(self.component, pickle.loads(snapshot.blob))
+            self.state = KeyValueState(self.component, pickle.loads(snapshot.blob), self.state.blobs)
             self.version = snapshot.version
             return
         state = _load_state(snapshot.blob, self._own())

@@ -105,6 +105,7 @@ class Worker:
         self.num_ackers = 0
         self.store: SnapshotStore | None = None  # when spouts run on the workers: snapshots on an interval
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
+        self.snapshot_horizon = self.checkpoint_horizon = 0  # waves of the last complete snapshot and checkpoint
         self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
         self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
         self.state_provider: Any = None  # where stateful tasks write their checkpoint parts, when spouts run here
@@ -145,11 +146,29 @@ class Worker:
             elif isinstance(message, Commit):
                 if self.spouts is not None:
                     self.spouts.commit(message.wave, message.snapshot)
+                self._restorable(snapshot=message.snapshot if self.store is not None else message.wave)
             elif isinstance(message, Release):
                 if self.spouts is not None:
                     self.spouts.release(message.wave)
+                self._restorable(checkpoint=message.wave)
             else:
                 raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def _restorable(self, snapshot: int | None = None, checkpoint: int | None = None) -> None:
+        """A snapshot or a checkpoint completed: blobs released before both the last complete snapshot and the
+        last complete checkpoint are named by no state a task could be restored from, and go."""
+        if snapshot is not None:
+            self.snapshot_horizon = max(self.snapshot_horizon, snapshot)
+        if checkpoint is not None:
+            self.checkpoint_horizon = max(self.checkpoint_horizon, checkpoint)
+        horizon = min(self.snapshot_horizon, self.checkpoint_horizon)
+        for hosted in self.tasks.values():
+            state = hosted.task.state
+            if state is not None and state.blobs is not None:
+                try:
+                    state.blobs.collect(horizon)
+                except Exception:  # the store is away: they go at the next collection
+                    log.warning("%s task %d: released blobs not deleted yet", hosted.task.component, hosted.task.task)
 
     def _current(self, message: Any) -> bool:
         """Whether ``message`` belongs to this worker's generation. One of a later generation is held: a peer
@@ -165,6 +184,9 @@ class Worker:
     def _wave(self, message: WaveInput) -> None:
         if message.commit is not None and self.spouts is not None:  # the acks of waves before it may apply now
             self.spouts.commit(message.commit.wave, message.commit.snapshot)
+        if message.commit is not None:
+            commit = message.commit
+            self._restorable(snapshot=commit.snapshot if self.store is not None else commit.wave)
         self.times[message.wave] = message.simulated_now
         self.weights.update(message.weights, self.placement)
         if message.checkpoint is not None:
@@ -190,6 +212,8 @@ class Worker:
         self.reports = defaultdict(list)
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
+        # Restored tasks may have gone back to an older state: only what completes from now on lets blobs go.
+        self.snapshot_horizon = self.checkpoint_horizon = 0
         self.links.update(message.peers)
         settings = message.settings
         if settings.snapshot_root is not None and (self.store is None or run_of(self.store) != settings.run_id):
@@ -359,6 +383,8 @@ class Worker:
         part = None
         if checkpoint is not None and task.state is not None and self.state_provider is not None:
             part = self._write_part(task, checkpoint)
+        if task.state is not None and task.state.blobs is not None:
+            task.state.blobs.end_wave(wave)
         acks = collector.take_acks()
         if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
             if wave not in self.replay_waves:  # a replayed wave's acks were applied the first time

@@ -18,6 +18,11 @@ part where it runs, and the driver only says which checkpoint is complete:
 * ``commit-<id>.pickle``: checkpoint ``id`` is complete, and which parts it
   takes in, with the tasks each stateful component had.
 
+``blobs/<owner>/<name>.pickle`` hold values too large to keep in memory, written
+once and never changed (a persistent window's sealed partitions); the state
+names them, and they go once no state that could be restored names them
+(``squall/state/blobs.py``).
+
 A file is written under a temporary name, flushed to disk and renamed, so a
 checkpoint is there whole or not at all: one cut off midway (the driver killed
 during the write) is ignored on restart, never half-applied. Restoring applies
@@ -28,6 +33,7 @@ mount on a cluster).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -190,6 +196,41 @@ class FileStateProvider:
             restored.checkpoint, restored.layout = number, record["layout"]
         return restored
 
+    # -- blobs: values written once beside the state, named by it -----------------------------------
+    def _blob_path(self, owner: str, name: str) -> str:
+        return os.path.join(self.directory, "blobs", owner, f"{name}.pickle")
+
+    def put_blob(self, owner: str, name: str, data: bytes) -> None:
+        path = self._blob_path(owner, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.tmp-{os.getpid()}"
+        with open(temporary, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+        directory = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(directory)  # durable before any checkpoint names it
+        finally:
+            os.close(directory)
+
+    def get_blob(self, owner: str, name: str) -> bytes:
+        with open(self._blob_path(owner, name), "rb") as source:
+            return source.read()
+
+    def blob_names(self, owner: str) -> list[str]:
+        try:
+            found = os.listdir(os.path.dirname(self._blob_path(owner, "x")))
+        except FileNotFoundError:
+            return []
+        return [name.removesuffix(".pickle") for name in found if name.endswith(".pickle")]
+
+    def delete_blobs(self, owner: str, names: list[str]) -> None:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._blob_path(owner, name))
+
 
 class RedisStateProvider:
     """Checkpoints in Redis (``redis``), as Storm's ``RedisKeyValueStateProvider`` keeps them: each stateful task's
@@ -283,6 +324,30 @@ class RedisStateProvider:
             stored = self._redis.hgetall(f"{self.prefix}:task:{task}")
             states[task] = {self._load(k): self._load(v) for k, v in stored.items()}
         return Restored(int(checkpoint), layout, states)
+
+    # -- blobs: values written once beside the state, named by it (signed, as the state's entries are) -------
+    def _blob_key(self, owner: str, name: str) -> str:
+        return f"{self.prefix}:blob:{owner}:{name}"
+
+    def put_blob(self, owner: str, name: str, data: bytes) -> None:
+        self._redis.set(self._blob_key(owner, name), hmac.new(self._secret, data, hashlib.sha256).digest() + data)
+
+    def get_blob(self, owner: str, name: str) -> bytes:
+        signed = self._redis.get(self._blob_key(owner, name))
+        if signed is None:
+            raise KeyError(f"{self.directory}: no blob {owner}/{name}")
+        signature, data = signed[:32], signed[32:]
+        if not hmac.compare_digest(signature, hmac.new(self._secret, data, hashlib.sha256).digest()):
+            raise ValueError(f"{self.directory}: blob {owner}/{name} is not signed by this checkpoint directory's key")
+        return data
+
+    def blob_names(self, owner: str) -> list[str]:
+        start = len(self._blob_key(owner, ""))
+        return [key.decode()[start:] for key in self._redis.scan_iter(self._blob_key(owner, "*"))]
+
+    def delete_blobs(self, owner: str, names: list[str]) -> None:
+        if names:
+            self._redis.delete(*(self._blob_key(owner, name) for name in names))
 
 
 _COMMIT_PARTS = """

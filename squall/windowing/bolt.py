@@ -87,9 +87,9 @@ class DetachedTuple(NamedTuple):
 
 
 class Window:
-    """The tuples of one firing: ``get()`` all of them, ``get_new()`` those the previous window did not hold,
-    ``get_expired()`` those that left since; ``start_timestamp`` and ``end_timestamp`` in ms (the start only
-    for a time window)."""
+    """The tuples of one firing: ``get()`` all of them (``get_iter()`` one by one), ``get_new()`` those the
+    previous window did not hold, ``get_expired()`` those that left since; ``start_timestamp`` and
+    ``end_timestamp`` in ms (the start only for a time window)."""
 
     __slots__ = ("_expired", "_new", "_tuples", "end_timestamp", "start_timestamp")
 
@@ -106,6 +106,11 @@ class Window:
 
     def get(self) -> list:
         return list(self._tuples)
+
+    def get_iter(self):
+        """The window's tuples one by one (Storm's ``getIter``): a persistent window with a bound on the events
+        in memory reads them from the state store as it goes, where ``get()`` holds them all at once."""
+        return iter(self._tuples)
 
     def get_new(self) -> list:
         return self._new
@@ -147,6 +152,7 @@ class WindowedBolt:
     late_tuple_stream: str | None = None
     persistent = False
     message_id_field: str | None = None
+    max_events_in_memory: int | None = None
 
     # -- declaring the window ---------------------------------------------------------------------------
     def with_window(self, length: WindowSpec, sliding: WindowSpec | None = None) -> WindowedBolt:
@@ -207,6 +213,18 @@ class WindowedBolt:
         restarted drivers, and tuples are acked once a checkpoint holds them, not when they expire. The bolt
         may define ``init_state(state)`` for state of its own, saved with the windows."""
         self.persistent = True
+        return self
+
+    def with_max_events_in_memory(self, max_events: int) -> WindowedBolt:
+        """Keep at most ``max_events`` of a persistent window's tuples in memory (Storm's
+        ``withMaxEventsInMemory``): the others are in the state store, in sealed partitions, read back when a
+        window, an expiry or ``get_iter()`` needs them. Needs ``with_persistence()``."""
+        if not isinstance(max_events, int) or isinstance(max_events, bool) or max_events < 1:
+            raise InvalidTopologyError(
+                f"windowed bolt {type(self).__name__}: max events in memory must be a whole number >= 1,"
+                f" got {max_events!r}"
+            )
+        self.max_events_in_memory = max_events
         return self
 
     # -- what the user writes ------------------------------------------------------------------------------

@@ -149,6 +149,8 @@ class WindowedBoltExecutor(Bolt):
             raise InvalidTopologyError(f"{name}: give a timestamp field or a timestamp extractor, not both")
         if isinstance(bolt.sliding_interval, Duration) and bolt.sliding_interval.value == 0:
             raise InvalidTopologyError(f"{name}: a sliding interval of 0 ms would fire without end")
+        if bolt.max_events_in_memory is not None and not bolt.persistent:
+            raise InvalidTopologyError(f"{name}: max events in memory needs with_persistence()")
         if bolt.message_id_field is not None and not bolt.persistent:
             # An in-memory window keeps a failed tuple until it expires: its replay must come in again.
             raise InvalidTopologyError(f"{name}: a message id field needs with_persistence()")

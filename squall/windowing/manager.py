@@ -60,19 +60,31 @@ class WindowLifecycleListener(Protocol):
 
 
 class WindowEvents(Sequence):
-    """A window's values, read from the manager's storage when first used (and kept from then on)."""
+    """A window's values, read from the manager's storage when first used (and kept from then on).
 
-    __slots__ = ("__weakref__", "_events", "_hi", "_lo", "_values")
+    With ``on_read`` set (a persistent window with a bound on the events in memory), iterating reads them one
+    by one without keeping them, and calls ``on_read`` after every ``read_step``, so the window lets go of what
+    it read.
+    """
+
+    __slots__ = ("__weakref__", "_events", "_hi", "_lo", "_values", "on_read", "read_step")
 
     def __init__(self, events: list[Event], lo: int, hi: int) -> None:
         self._events, self._lo, self._hi = events, lo, hi
         self._values: list | None = None
+        self.on_read: Any = None
+        self.read_step = 1024
 
     def values(self) -> list:
         if self._values is None:
             self._values = [e.value for e in self._events[self._lo : self._hi]]
             self._events = None
         return self._values
+
+    def detach(self) -> None:
+        """The manager's storage is about to move: keep this window's own events."""
+        if self._values is None:
+            self._events, self._lo, self._hi = self._events[self._lo : self._hi], 0, self._hi - self._lo
 
     def __len__(self) -> int:
         return self._hi - self._lo
@@ -81,7 +93,16 @@ class WindowEvents(Sequence):
         return self.values()[index]
 
     def __iter__(self) -> Iterator:
-        return iter(self.values())
+        if self.on_read is None or self._values is not None:
+            return iter(self.values())
+        return self._read(self._events[self._lo : self._hi])
+
+    def _read(self, events: list[Event]) -> Iterator:
+        on_read, step = self.on_read, self.read_step
+        for i, event in enumerate(events, 1):
+            yield event.value
+            if i % step == 0:
+                on_read()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
@@ -212,11 +233,11 @@ class WindowManager:
         return late + [e.value for e in events[after:hi]]
 
     def _freeze_views(self) -> None:
-        """Storage is about to move: windows handed out read their values first."""
+        """Storage is about to move: windows handed out keep their own events first."""
         for ref in self._views:
             view = ref()
             if view is not None:
-                view.values()
+                view.detach()
         self._views = []
 
     # -- what trigger policies ask ----------------------------------------------------------------------------
