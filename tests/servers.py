@@ -6,7 +6,6 @@ under CI (``CI`` set), where a missing server is a failure.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import shutil
@@ -19,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from squall.connectors.local_redis import LocalRedisServer
+from squall.spark.network_hosts import NetworkHosts as _NetworkHosts
+from squall.spark.standalone import SparkStandaloneCluster, free_port, wait_for_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["SparkStandaloneCluster", "free_port", "wait_for_port"]
 
 
 def require(binary: str, package: str) -> str:
@@ -37,43 +36,12 @@ def require(binary: str, package: str) -> str:
     return path
 
 
-def wait_for_port(
-    port: int, process: subprocess.Popen, what: str, timeout: float = 30.0, host: str = "127.0.0.1"
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout}s")
-
-
-class RedisServer:
-    """``persistent`` keeps an append-only file, so that a restart keeps the data."""
+class RedisServer(LocalRedisServer):
+    """squall's ``LocalRedisServer``; ``persistent`` keeps an append-only file, so that a restart keeps the data."""
 
     def __init__(self, directory: Path, persistent: bool = False) -> None:
-        self.binary = require("redis-server", "redis-server")
-        self.directory, self.persistent = directory, persistent
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.start()
-
-    def start(self) -> None:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        args += ["--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always"]
-        args += ["--dir", str(self.directory), "--logfile", str(self.directory / "redis.log")]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.port, self.process, "redis-server")
-
-    def stop(self, kill: bool = False) -> None:
-        """Stop the server: SIGTERM, or SIGKILL with ``kill``."""
-        if self.process.poll() is None:
-            self.process.kill() if kill else self.process.terminate()
-            self.process.wait(timeout=30)
+        require("redis-server", "redis-server")
+        super().__init__(directory, persistent)
 
 
 def _as_postgres_user() -> list[str]:
@@ -240,186 +208,16 @@ class RabbitMQServer:
                 self.process.wait()
 
 
-class SparkStandaloneCluster:
-    """A Spark standalone master and workers of 1 core each, from the pyspark package's own ``bin/spark-class``.
-
-    Each worker runs in a process group of its own, with its executor and Python workers, so
-    ``kill_worker`` SIGKILLs a worker together with everything it runs.
-    """
-
-    def __init__(
-        self, directory: Path, workers: int = 2, worker_memory: str = "1g", hosts: NetworkHosts | None = None
-    ) -> None:
-        """On loopback; or, given ``hosts``, the master on host ``master`` and worker *i* on host ``worker<i>``."""
-        import pyspark
-
-        self.home = Path(pyspark.__file__).parent
-        self.directory, self.worker_memory, self.hosts = directory, worker_memory, hosts
-        self.host = hosts.ip("master") if hosts else "127.0.0.1"
-        self.port, self.ui_port = free_port(), free_port()
-        self.url = f"spark://{self.host}:{self.port}"
-        self.env = {**os.environ, "SPARK_HOME": str(self.home)}
-        self.env.pop("SPARK_CONF_DIR", None)
-        master = ["org.apache.spark.deploy.master.Master", "--host", self.host, "--port", str(self.port)]
-        self.master = self._spawn("master", [*master, "--webui-port", str(self.ui_port)], "master")
-        wait_for_port(self.port, self.master, "Spark master", timeout=60, host=self.host)
-        # Its web UI too, before any worker starts: a port only picked, not yet bound, could go to another.
-        wait_for_port(self.ui_port, self.master, "Spark master's web UI", timeout=60, host=self.host)
-        self.workers: list[subprocess.Popen] = []
-        self.work_dirs: list[Path] = []
-        for _ in range(workers):
-            self.add_worker()
-
-    def _spawn(self, name: str, args: list[str], host: str | None = None) -> subprocess.Popen:
-        log = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115 - the process writes it until it stops
-        command = [str(self.home / "bin" / "spark-class"), *args]
-        ip = "127.0.0.1"
-        if self.hosts is not None:
-            command, ip = self.hosts.command(host, command), self.hosts.ip(host)
-        return subprocess.Popen(
-            command,
-            env={**self.env, "SPARK_LOCAL_IP": ip},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def add_worker(self) -> int:
-        """Start one more worker (1 core); its index. Returns once the master counts it alive."""
-        index = len(self.workers)
-        work_dir = self.directory / f"worker-{index}"
-        work_dir.mkdir()
-        host = f"worker{index}"
-        ip = self.hosts.ip(host) if self.hosts else "127.0.0.1"
-        args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", ip, "--cores", "1"]
-        args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", "0"]  # any free port
-        self.workers.append(self._spawn(f"worker-{index}", args, host))
-        self.work_dirs.append(work_dir)
-        self.wait_alive(self.alive() + 1)
-        return index
-
-    def state(self) -> dict:
-        import json
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://{self.host}:{self.ui_port}/json/", timeout=5) as response:
-            return json.load(response)
-
-    def alive(self) -> int:
-        try:
-            return sum(w["state"] == "ALIVE" for w in self.state()["workers"])
-        except (OSError, ValueError):  # not serving yet, or not yet its JSON (a page while it starts)
-            return 0
-
-    def wait_alive(self, count: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while self.alive() < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Spark master has {self.alive()} alive workers, not {count}")
-            time.sleep(0.2)
-
-    def kill_worker(self, index: int) -> None:
-        """SIGKILL worker ``index`` with its executor and Python workers."""
-        os.killpg(self.workers[index].pid, signal.SIGKILL)
-        self.workers[index].wait()
-
-    def tasks_run_by(self, index: int) -> int:
-        """Tasks the executors of worker ``index`` started, from their own logs."""
-        return sum(p.read_text(errors="replace").count("Running task") for p in self.work_dirs[index].rglob("stderr"))
-
-    def stop(self) -> None:
-        for process in [*self.workers, self.master]:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in [*self.workers, self.master]:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
-class NetworkHosts:
-    """Hosts made of network namespaces on this machine (``ip netns``): each with its own interface, address
-    and loopback, all joined by one bridge, as machines on one switch. The bridge has an address too, so this
-    process reaches every host. What crosses a host's interface is counted by its end of the veth pair."""
+class NetworkHosts(_NetworkHosts):
+    """squall's ``NetworkHosts``; where they cannot be made, the test is skipped (under CI: it fails)."""
 
     def __init__(self, names: list[str]) -> None:
-        if os.geteuid() != 0 or shutil.which("ip") is None:
-            message = "network namespaces need root and iproute2's ip"
+        reason = _NetworkHosts.unavailable()
+        if reason is not None:
             if os.environ.get("CI"):
-                pytest.fail(f"{message}; CI must run the multi-host test")
-            pytest.skip(message)
-        self._remove_stale()
-        tag = os.getpid() % 100_000
-        self.subnet = f"198.18.{tag % 250}"  # RFC 2544's benchmarking range: no real network uses it
-        self.bridge = f"sqb{tag}"
-        self._hosts = {
-            name: (f"squall-{tag}-{name}", f"sq{tag}h{i}", f"{self.subnet}.{i + 2}") for i, name in enumerate(names)
-        }
-        try:
-            self._ip("link", "add", self.bridge, "type", "bridge")
-            self._ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
-            self._ip("link", "set", self.bridge, "up")
-            for namespace, veth, address in self._hosts.values():
-                self._ip("netns", "add", namespace)
-                self._ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-                self._ip("link", "set", veth, "master", self.bridge, "up")
-                self._ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
-                self._ip("-n", namespace, "link", "set", "eth0", "up")
-                self._ip("-n", namespace, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def _ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    @staticmethod
-    def _remove_stale() -> None:
-        """Hosts a killed test run left behind (no process in them), and their bridges, which could hold the
-        subnet this run picks."""
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
-        for namespace in (line.split()[0] for line in listed if line.startswith("squall-")):
-            pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout
-            if not pids.split():
-                subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        bridges = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True)
-        for bridge in (line.split(": ")[1].split("@")[0] for line in bridges.stdout.splitlines() if ": sqb" in line):
-            ports = subprocess.run(["ip", "-o", "link", "show", "master", bridge], capture_output=True, text=True)
-            if not ports.stdout.strip():
-                subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-
-    def ip(self, name: str) -> str:
-        return self._hosts[name][2]
-
-    def command(self, name: str, args: list[str]) -> list[str]:
-        """``args`` run on host ``name``."""
-        return ["ip", "netns", "exec", self._hosts[name][0], *args]
-
-    def bytes(self, name: str) -> int:
-        """Bytes that crossed host ``name``'s interface, both ways."""
-        statistics = Path("/sys/class/net") / self._hosts[name][1] / "statistics"
-        return sum(int((statistics / f"{way}_bytes").read_text()) for way in ("rx", "tx"))
-
-    def pids(self, name: str) -> list[int]:
-        listed = subprocess.run(["ip", "netns", "pids", self._hosts[name][0]], capture_output=True, text=True)
-        return [int(pid) for pid in listed.stdout.split()]
-
-    def kill_all(self, name: str) -> int:
-        """SIGKILL every process on host ``name``, as a machine that loses power; how many there were."""
-        pids = self.pids(name)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return len(pids)
-
-    def close(self) -> None:
-        for name, (namespace, _, _) in self._hosts.items():
-            self.kill_all(name)
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+                pytest.fail(f"{reason}; CI must run the multi-host test")
+            pytest.skip(reason)
+        super().__init__(names)
 
 
 def wait_for(condition, what: str, timeout: float = 120.0, process=None) -> None:

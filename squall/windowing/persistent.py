@@ -296,6 +296,10 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt):
             return
         for number in [n for n, p in self._partitions.items() if p.name is None and n != self._open]:
             records = self._state.get(_part_key(number))
+            if not records:  # every tuple of it expired while it was open
+                del self._partitions[number]
+                self._state.delete(_part_key(number))
+                continue
             name = f"{self._token}-{number}"
             try:
                 self._blobs.put(name, records)
