@@ -15,11 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_windowed_bolt_executor import prepared, tuple_of
 
-from squall import BasicBolt, Count, InvalidTopologyError, LocalCluster, TopologyBuilder, WindowedBolt
+from squall import BasicBolt, Count, Duration, InvalidTopologyError, LocalCluster, TopologyBuilder, WindowedBolt
 from squall.connectors import QueueSpout, ReliableQueue
+from squall.model.fields import Fields
 from squall.model.state import KeyValueState
+from squall.model.tuple import TICK_COMPONENT, TICK_STREAM, Tuple
 from squall.state.blobs import StateBlobs
 from squall.state.providers import FileStateProvider, RedisStateProvider
+from squall.time import simulated_time
 
 LENGTH, SLIDE, BOUND = 5000, 1000, 1200  # partitions of BOUND // 4 = 300 events
 
@@ -246,3 +249,21 @@ def test_a_bounded_window_fires_what_an_unbounded_one_fires(length, slide, bound
             held.execute(tuple_of(i))
             assert held.events_in_memory <= max(bound, 16)  # a partition holds 16 tuples at least
         assert limited.windows == unbounded.windows
+
+
+def test_a_partition_whose_tuples_all_expired_while_it_was_open_is_not_sealed(store):
+    bolt = WholeWindow().with_window(Duration.seconds(1), Duration.seconds(1)).with_max_events_in_memory(64)
+    bolt = bolt.with_persistence()  # partitions of 16 tuples; seqs 1-15 are the first
+    tick = Tuple((1,), Fields(["rate_secs"]), TICK_COMPONENT, -1, TICK_STREAM)
+    with simulated_time(1.0):
+        executor, _, state = started(store, bolt)
+        for i in range(15):
+            executor.execute(tuple_of(i))
+    for moment in (2.0, 3.0):  # a window of the 15, then an empty one: all 15 expired
+        with simulated_time(moment):
+            executor.execute(tick)
+    with simulated_time(3.5):
+        executor.execute(tuple_of(15))  # the 16th opens the next partition
+    assert bolt.windows == [list(range(15))]
+    assert state.blobs.names() == [] and not [key for key in state if key[1] == "sealed"]
+    assert sorted(state.get(("window", "part", 1))) == [16]
