@@ -14,6 +14,7 @@ Writes never block the loop: each connection buffers what it has not sent yet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import pickle
@@ -111,6 +112,14 @@ class Hub:
             if writer is not None:
                 writer.write(frame)
                 self.bytes_out += len(frame)
+
+    def buffered_bytes(self) -> int:
+        """Bytes written to the workers' connections and not yet sent."""
+        total = 0
+        for writer in list(self._writers.values()):
+            with contextlib.suppress(Exception):  # a connection closing meanwhile
+                total += writer.transport.get_write_buffer_size()
+        return total
 
     def send(self, messages: list[tuple[int, Any]]) -> None:
         """Send ``(connection, message)`` pairs, in order, as one step of the loop."""

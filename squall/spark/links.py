@@ -14,10 +14,13 @@ serving loop reads. What is in flight between workers is bounded by the waves: a
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hmac
 import logging
 import queue
 import socket
+import struct
+import termios
 import threading
 from typing import Any
 
@@ -29,16 +32,27 @@ PEER = 0  # the header's destination field on a peer link: the receiving worker 
 
 
 class Inbox:
-    """What a worker is sent, from every connection, in one queue; ``None`` means the driver went away."""
+    """What a worker is sent, from every connection, in one queue; ``None`` means the driver went away.
+    ``buffered`` is the bytes of the frames received and not yet taken."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.buffered = 0
 
-    def put(self, message: Any) -> None:
-        self._queue.put(message)
+    def put(self, message: Any, size: int = 0) -> None:
+        """``message``, which came in a frame of ``size`` bytes."""
+        if size:
+            with self._lock:
+                self.buffered += size
+        self._queue.put((message, size))
 
     def get(self) -> Any:
-        return self._queue.get()
+        message, size = self._queue.get()
+        if size:
+            with self._lock:
+                self.buffered -= size
+        return message
 
 
 class PeerListener:
@@ -119,6 +133,14 @@ class PeerLinks:
             log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
             self._drop(worker)
             self._broken.add(worker)
+
+    def unsent_bytes(self) -> int:
+        """Bytes sent on the links that their peers have not yet acknowledged (the sockets' send queues)."""
+        total = 0
+        for link in list(self._sockets.values()):
+            with contextlib.suppress(OSError, ValueError):
+                total += struct.unpack("i", fcntl.ioctl(link.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        return total
 
     def _drop(self, worker: int) -> None:
         link = self._sockets.pop(worker, None)

@@ -366,6 +366,7 @@ class WorkerReport:
     reports: list[TaskReport | SpoutReport]
     worker: int = -1
     cpu_seconds: float = 0.0  # the worker process's CPU time when it sent this: the driver reads its load
+    buffered_bytes: int = 0  # received and not yet handled, and sent to peers and not yet acknowledged by them
 
 
 @wire
@@ -402,7 +403,7 @@ def read_frames(stream: BinaryIO, inbox: Any, closed: Any = ...) -> None:
             payload = stream.read(length)
             if len(payload) < length:
                 break
-            inbox.put(pickle.loads(payload))
+            inbox.put(pickle.loads(payload), HEADER.size + length)
     except (OSError, ValueError):  # the connection was closed under the reader
         pass
     finally:

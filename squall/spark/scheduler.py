@@ -198,6 +198,7 @@ class WaveScheduler:
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
+        self.link_buffers: dict[int, int] = {}  # worker -> bytes its links held, as of its last report
         self.dropped_checkpoints: list[int] = []  # checkpoint waves dropped by a restart: they will not complete
         # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
         self.on_message: Callable[[Any], None] | None = None
@@ -408,6 +409,7 @@ class WaveScheduler:
             elif isinstance(message, WorkerReport):
                 if self.balancer is not None:
                     self.balancer.observe(message.worker, message.cpu_seconds, time.monotonic())
+                self.link_buffers[message.worker] = message.buffered_bytes
                 for report in message.reports:
                     if isinstance(report, TaskReport):
                         self._report(report, done)
@@ -455,8 +457,16 @@ class WaveScheduler:
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
             log.error("%s", self.failure)
 
+    def buffered_bytes(self) -> tuple[int, int]:
+        """Bytes held on the way: by the hub (to the workers, not yet sent), and by the workers' links (received
+        and not yet handled, or sent to a peer and not yet acknowledged), as of each worker's last report."""
+        if self.hub is None:
+            return 0, 0
+        return self.hub.buffered_bytes(), sum(self.link_buffers.values())
+
     def _not_ready(self) -> None:
         """Waves wait for the workers; the replace timeout counts from the first loss since the run was ready."""
+        self.link_buffers = {}  # the workers' figures come again with their next reports
         if self.ready or self._lost_at is None:
             self._lost_at = time.monotonic()
         self.ready = False

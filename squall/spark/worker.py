@@ -284,7 +284,8 @@ class Worker:
         reports = self.reports[wave]
         reports.append(report)
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
-            self.channel.send(WorkerReport(self.reports.pop(wave), self.index, time.process_time()))
+            buffered = self.inbox.buffered + self.links.unsent_bytes()
+            self.channel.send(WorkerReport(self.reports.pop(wave), self.index, time.process_time(), buffered))
 
     def _assign_spouts(self, message: Assign) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
@@ -465,11 +466,25 @@ class Worker:
                 keep_live(hosted.task)
 
 
+def _experiment_gc() -> None:
+    import gc
+
+    mode = os.environ.get("SQUALL_GC_EXPERIMENT")
+    if mode == "freeze":
+        gc.freeze()
+    elif mode == "threshold":
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
+    elif mode == "off":
+        gc.disable()
+
+
 def run_worker(
     run_id: str, topology_bc: Any, address: tuple[str, int], secret: bytes, launch: int, index: int, _rows
 ) -> list:
     """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away."""
     shipped = load_shipped(run_id, topology_bc)
+    _experiment_gc()
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     channel = WorkerChannel(address, secret)

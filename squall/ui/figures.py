@@ -36,9 +36,17 @@ def uptime_secs(run: Any) -> float:
     return max(0.0, run.clock.now() - started) if started is not None else 0.0
 
 
+def buffered_bytes(run: Any) -> tuple[int, int]:
+    """Bytes on the way: ``(hub, links)``: what the driver's hub holds for the workers, not yet sent, and what
+    the workers' links hold (received and not yet handled, or sent and not yet acknowledged by the peer)."""
+    scheduler = getattr(run, "scheduler", None)
+    return scheduler.buffered_bytes() if scheduler is not None else (0, 0)
+
+
 def topology_summary(name: str, run: Any, failed: bool = False) -> dict[str, Any]:
     stats: RunStats = run.stats
     uptime = uptime_secs(run)
+    hub_bytes, link_bytes = buffered_bytes(run)
     return {
         "name": name,
         "kind": "transactional" if hasattr(run, "coordinator") else "topology",
@@ -51,6 +59,8 @@ def topology_summary(name: str, run: Any, failed: bool = False) -> dict[str, Any
         "messageTimeoutSeconds": run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS],
         "workerRestarts": stats.restarts,
         "failedWaves": stats.failed_waves,
+        "hubBufferedBytes": hub_bytes,
+        "linkBufferedBytes": link_bytes,
         "spouts": len(run.topology.spouts),
         "bolts": len(run.topology.bolts),
         "tasks": sum(spec.parallelism for spec in run.topology.components.values()),

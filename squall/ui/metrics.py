@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from squall.spark.stats import ComponentStats
-from squall.ui.figures import ACTIVE, status_of, system_components, uptime_secs
+from squall.ui.figures import ACTIVE, buffered_bytes, status_of, system_components, uptime_secs
 
 # Complete-latency bucket bounds, in seconds.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -74,6 +74,16 @@ class TopologyCollector(Collector):
             "uptime": GaugeMetricFamily(
                 "squall_uptime_seconds", "Seconds since the topology started", labels=by_topology
             ),
+            "hub": GaugeMetricFamily(
+                "squall_hub_buffered_bytes",
+                "Bytes the driver's hub holds for the workers, not yet sent",
+                labels=by_topology,
+            ),
+            "links": GaugeMetricFamily(
+                "squall_link_buffered_bytes",
+                "Bytes the workers' links hold: received and not yet handled, or sent and not yet acknowledged",
+                labels=by_topology,
+            ),
         }
         waves = CounterMetricFamily("squall_waves", "Waves (transactional: batches) completed", labels=by_topology)
         restarts = CounterMetricFamily("squall_worker_restarts", "Times the workers restarted", labels=by_topology)
@@ -83,6 +93,9 @@ class TopologyCollector(Collector):
             gauges["pending"].add_metric([name], stats.pending)
             gauges["active"].add_metric([name], 1.0 if status_of(run, failed) == ACTIVE else 0.0)
             gauges["uptime"].add_metric([name], uptime_secs(run))
+            hub_bytes, link_bytes = buffered_bytes(run)
+            gauges["hub"].add_metric([name], hub_bytes)
+            gauges["links"].add_metric([name], link_bytes)
             waves.add_metric([name], stats.waves)
             restarts.add_metric([name], stats.restarts)
             for cid, spec in topology.components.items():
