@@ -363,3 +363,37 @@ def test_a_run_whose_workers_wait_for_cores_is_not_idle(spark):
         while run.stats.of("words").acked < 3:
             assert time.monotonic() < deadline, "the run did not start once the cores were free"
             time.sleep(0.05)
+
+
+class CollectorSettings(BasicBolt):
+    """Emits what the garbage collector of the worker it runs in is set to."""
+
+    outputs = ("threshold", "frozen")
+
+    def execute(self, tup, collector):
+        import gc
+
+        collector.emit([gc.get_threshold()[0], gc.get_freeze_count() > 0])
+
+
+@pytest.mark.parametrize(
+    ("setting", "seen"), [({}, (50_000, True)), ({"squall.worker.gc.threshold": None}, (700, False))]
+)
+def test_workers_run_with_the_collector_threshold_of_the_config(cluster, setting, seen):
+    feeder = FeederSpout(["n"])
+    b = TopologyBuilder()
+    b.set_spout("numbers", feeder)
+    b.set_bolt("gc", CollectorSettings()).shuffle_grouping("numbers")
+    run = cluster.submit_for_capture(f"gc-{len(setting)}", setting, b.build())
+    feeder.feed([1], 1)
+    cluster.wait_idle()
+    assert run.captured["gc"] == [seen]
+    assert feeder.acked == {1}
+
+
+def test_a_collector_threshold_below_one_is_refused_naming_the_key(cluster):
+    b = TopologyBuilder()
+    b.set_spout("numbers", FeederSpout(["n"]))
+    b.set_bolt("gc", CollectorSettings()).shuffle_grouping("numbers")
+    with pytest.raises(SquallError, match=re.escape("squall.worker.gc.threshold")):
+        cluster.submit_topology("gc-bad", {"squall.worker.gc.threshold": 0}, b.build())

@@ -39,6 +39,9 @@ SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 # How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
 SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
+# The cyclic garbage collector's first threshold in the Python workers (None: Python's own, 700), which start
+# with what they hold frozen out of it
+SQUALL_WORKER_GC_THRESHOLD = "squall.worker.gc.threshold"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
@@ -74,6 +77,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
+    SQUALL_WORKER_GC_THRESHOLD: 50_000,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
     SQUALL_UI_PORT: None,
@@ -189,6 +193,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_SNAPSHOT_INTERVAL_MS: _positive_number,
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
+    SQUALL_WORKER_GC_THRESHOLD: _optional(_int_at_least(1)),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_IDLE_MAX_SLEEP_SECS: _positive_number,
     SQUALL_UI_PORT: _optional(_port),

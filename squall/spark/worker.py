@@ -22,15 +22,19 @@ task moves on to the next wave.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import socket
 import time
 from collections import defaultdict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark import TaskContext, cloudpickle
 
+from squall.model.config import DEFAULTS, SQUALL_WORKER_GC_THRESHOLD
 from squall.model.state import StateDelta, dump_delta
 from squall.spark.batches import BatchTasks
 from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
@@ -466,17 +470,24 @@ class Worker:
                 keep_live(hosted.task)
 
 
-def _experiment_gc() -> None:
-    import gc
-
-    mode = os.environ.get("SQUALL_GC_EXPERIMENT")
-    if mode == "freeze":
-        gc.freeze()
-    elif mode == "threshold":
-        gc.freeze()
-        gc.set_threshold(50_000, 20, 100)
-    elif mode == "off":
-        gc.disable()
+@contextmanager
+def collector_tuned(threshold: int | None) -> Iterator[None]:
+    """The cyclic garbage collector as a worker wants it: what the process holds at the start (modules, the
+    topology) frozen out of its scans, and its first threshold raised, since each tuple makes a few short-lived
+    containers and a scan every 700 cost the workers about 8% of their CPU (docs/performance.md). Python's own
+    settings come back when the worker ends: Spark reuses the process."""
+    if threshold is None:
+        yield
+        return
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(threshold, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 def run_worker(
@@ -484,7 +495,13 @@ def run_worker(
 ) -> list:
     """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away."""
     shipped = load_shipped(run_id, topology_bc)
-    _experiment_gc()
+    with collector_tuned(shipped.conf.get(SQUALL_WORKER_GC_THRESHOLD, DEFAULTS[SQUALL_WORKER_GC_THRESHOLD])):
+        return _run_worker(run_id, shipped, address, secret, launch, index)
+
+
+def _run_worker(
+    run_id: str, shipped: ShippedTopology, address: tuple[str, int], secret: bytes, launch: int, index: int
+) -> list:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     channel = WorkerChannel(address, secret)
