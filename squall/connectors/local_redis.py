@@ -28,6 +28,8 @@ class LocalRedisServer:
         args = [self.binary, "--port", str(self.port), "--bind", self.host, "--save", ""]
         args += ["--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always"]
         args += ["--dir", str(self.directory), "--logfile", str(self.directory / "redis.log")]
+        if self.host not in ("127.0.0.1", "localhost", "::1"):  # an address of this machine's own test hosts
+            args += ["--protected-mode", "no"]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, self.process, "redis-server", host=self.host)
 

@@ -9,6 +9,7 @@ SIGKILLs a worker together with everything it runs, and ``signal_worker`` can pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,6 +45,43 @@ def wait_for_port(
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout}s")
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """Every process: pid -> (parent pid, process group)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def process_tree(group: int) -> list[int]:
+    """The processes of process group ``group`` and all their descendants, in groups of their own or not
+    (PySpark's daemon, which an executor starts, makes a group of its own for itself and its Python workers)."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, stack = [], [pid for pid, (_, pgid) in table.items() if pgid == group]
+    while stack:
+        pid = stack.pop()
+        if pid not in found:
+            found.append(pid)
+            stack.extend(children.get(pid, []))
+    return found
+
+
+def _python(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().startswith("python")
+    except OSError:
+        return False
 
 
 class SparkStandaloneCluster:
@@ -129,21 +167,31 @@ class SparkStandaloneCluster:
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` with its executor and Python workers."""
-        os.killpg(self.workers[index].pid, signal.SIGKILL)
+        self.signal_worker(index, signal.SIGKILL)
         self.workers[index].wait()
 
     def signal_worker(self, index: int, signum: int) -> None:
         """Send ``signum`` to worker ``index``, its executor and its Python workers (SIGSTOP pauses them all)."""
-        os.killpg(self.workers[index].pid, signum)
+        for pid in process_tree(self.workers[index].pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def python_workers(self, index: int) -> list[int]:
+        """The Python worker processes of worker ``index``'s executor: those PySpark's daemon forked."""
+        table = _processes()
+        tree = process_tree(self.workers[index].pid)
+        return sorted(pid for pid in tree if _python(pid) and _python(table.get(pid, (0, 0))[0]))
 
     def tasks_run_by(self, index: int) -> int:
         """Tasks the executors of worker ``index`` started, from their own logs."""
         return sum(p.read_text(errors="replace").count("Running task") for p in self.work_dirs[index].rglob("stderr"))
 
     def stop(self) -> None:
+        for index, process in enumerate(self.workers):
+            if process.poll() is None:
+                self.signal_worker(index, signal.SIGCONT)  # a paused worker stops too
         for process in [*self.workers, self.master]:
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGCONT)  # a paused worker stops too
                 os.killpg(process.pid, signal.SIGTERM)
         for process in [*self.workers, self.master]:
             try:
