@@ -18,7 +18,10 @@ from squall.spark.stats import ComponentStats
 from squall.ui.figures import ACTIVE, buffered_bytes, status_of, system_components, uptime_secs
 
 # Complete-latency bucket bounds, in seconds.
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS = (
+    *(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75),
+    *(1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0),
+)
 
 # (metric name, help, ComponentStats attribute, kinds it applies to)
 COUNTERS = (
