@@ -37,7 +37,7 @@ from pyspark import TaskContext, cloudpickle
 from squall.model.config import DEFAULTS, SQUALL_WORKER_GC_THRESHOLD
 from squall.model.state import StateDelta, dump_delta
 from squall.spark.batches import BatchTasks
-from squall.spark.bolt_task import BoltTask, forget_other_runs, keep_live, start_task
+from squall.spark.bolt_task import LIVE, BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
 from squall.spark.links import Inbox, PeerLinks, PeerListener
@@ -210,6 +210,7 @@ class Worker:
 
     def _assign(self, message: Assign) -> None:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""
+        previous = [hosted.task for hosted in self.tasks.values()]
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.snapshot_waves, self.replay_waves = set(), set()
@@ -258,7 +259,22 @@ class Worker:
             producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
             readers = self.topology.reader_tasks(component)
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+        self._release_dropped(settings.run_id, previous)
         self._release_ahead()
+
+    def _release_dropped(self, run_id: str, previous: list[BoltTask]) -> None:
+        """Task instances this worker no longer runs (restarted from a snapshot, or hosted elsewhere now) release
+        what they hold (a connection, a file) at once. A bolt and its collector refer to each other, so only the
+        cyclic collector frees a dropped instance, and an instance that ran for a while waits for a full
+        collection, which may not come for the rest of the run: the worker's file descriptors would grow with
+        every restart. An instance kept for a task hosted elsewhere now is not kept either: the task's state moves
+        on where it runs, so a later start here would seldom find the instance at its snapshot."""
+        running = {id(hosted.task) for hosted in self.tasks.values()}
+        for key in [key for key in LIVE if key[0] == run_id and id(LIVE[key]) not in running]:
+            previous.append(LIVE.pop(key))
+        if any(id(task) not in running for task in previous):
+            previous.clear()
+            gc.collect()
 
     def _release_ahead(self) -> None:
         ahead, self.ahead = self.ahead, []
