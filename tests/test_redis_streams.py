@@ -124,3 +124,21 @@ def test_a_claim_does_not_emit_an_entry_twice(redis_server):
     for _ in range(3):
         spout.next_tuple()
     assert [m for _, m in got.emitted] == [*ids, ids[0]]
+
+
+def test_close_closes_the_spouts_connection(redis_server):
+    """A spout closed (its task moved to another worker, the run stopped) leaves no connection open behind it,
+    as the other spouts do not: found by the soak (benchmarks/soak.py), where connections lingered after faults."""
+    append(redis_server.url, "closing", range(2))
+    spout = RedisStreamSpout(redis_server.url, "closing", fields=["n"])
+    got = opened(spout)
+    spout.next_tuple()
+    observer = connect(redis_server.url)
+    assert len(observer.client_list()) == 2
+    spout.ack(got.emitted[0][1])
+    spout.close()
+    deadline = time.monotonic() + 10
+    while len(observer.client_list()) > 1:
+        assert time.monotonic() < deadline, observer.client_list()
+        time.sleep(0.05)
+    assert observer.xpending("closing", "squall")["pending"] == 1  # the ack went before the connection closed

@@ -13,6 +13,7 @@ reason, and acked, so it cannot loop. Never pickle.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -194,6 +195,12 @@ class RedisStreamSpout(Spout):
     def fail(self, msg_id: str) -> None:
         if msg_id in self._in_flight and msg_id not in self._retry:
             self._retry.append(msg_id)
+
+    def close(self) -> None:
+        """Send the acks still owed, if the server is there, and close the connection."""
+        with contextlib.suppress(redis.RedisError):
+            self._send_acks()
+        self._client.close()
 
     def pending(self) -> int:
         """Entries of the group delivered and not yet acked, across consumers."""
