@@ -209,10 +209,9 @@ class Sources:
         group = next((g for g in self.redis.xinfo_groups(STREAM) if g["name"] in (GROUP, GROUP.encode())), None)
         if group is None:
             return added, 0, added
-        undelivered = group["lag"]
-        if undelivered is None:  # unknown to Redis 7.0 after a restart, until the group reads the last entry
-            after = b"(" + group["last-delivered-id"]
-            undelivered = len(self.redis.xrange(STREAM, min=after, max="+", count=1_000_000))
+        # Counted, not the group's lag: after a restart Redis 7.0 does not know the lag, and may later get it wrong.
+        after = b"(" + group["last-delivered-id"]
+        undelivered = len(self.redis.xrange(STREAM, min=after, max="+", count=1_000_000))
         return added, group["pending"], undelivered
 
     def trim(self) -> None:
@@ -951,6 +950,10 @@ def interval(text: str) -> tuple[float, float]:
     return float(lo), float(hi or lo)
 
 
+def stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=60, help="steady input under faults, after the capacity")
@@ -969,6 +972,7 @@ def main() -> int:
     parser.add_argument("--samples", type=Path, help="write every second's figures there, as JSON lines")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs, sink, queue)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, stop_on_sigterm)  # what the soak started is stopped on SIGTERM too
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     directory = Path(tempfile.mkdtemp(prefix="squall-soak-"))
     say(

@@ -21,19 +21,19 @@ CHECKS = ("driver_exit", "all_acked", "sink_complete", "counts_exact", "rss_grow
 def test_three_minutes_of_faults_lose_nothing_and_count_exactly():
     require("redis-server", "redis-server")
     require("java", "openjdk-17-jre-headless")
-    soak = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "3", "--fault-interval", "20:30"],
-        capture_output=True,
-        text=True,
-        timeout=1400,
-    )
-    output = soak.stdout + soak.stderr
+    args = [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "3", "--fault-interval", "20:30"]
+    soak = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = soak.communicate(timeout=1400)
+    except subprocess.TimeoutExpired:
+        soak.terminate()  # it stops what it started (its cluster, Redis, the driver) on SIGTERM
+        output, _ = soak.communicate(timeout=120)
     print(output)
     assert soak.returncode == 0, output[-8000:]
-    faults = re.findall(r"^fault t_s=\S+ kind=(\S+) target=\S+ recovery_s=(\S+)$", soak.stdout, re.MULTILINE)
+    faults = re.findall(r"^fault t_s=\S+ kind=(\S+) target=\S+ recovery_s=(\S+)$", output, re.MULTILINE)
     assert len(faults) >= 4, faults
     assert all(recovery != "none" for _, recovery in faults), faults
     for name in CHECKS:
-        assert re.search(rf"^check={name} result=pass", soak.stdout, re.MULTILINE), f"check {name} did not pass"
-    assert re.search(r"^result outcome=pass", soak.stdout, re.MULTILINE)
-    assert len(re.findall(r"^minute ", soak.stdout, re.MULTILINE)) == 3  # a line of figures each minute
+        assert re.search(rf"^check={name} result=pass", output, re.MULTILINE), f"check {name} did not pass"
+    assert re.search(r"^result outcome=pass", output, re.MULTILINE)
+    assert len(re.findall(r"^minute ", output, re.MULTILINE)) == 3  # a line of figures each minute
