@@ -23,11 +23,12 @@ timeout, then resumed; a worker's host taken off the bridge for 5 s. The kinds c
 before any comes again. Everything random comes from ``--seed`` (printed), so a run can be repeated; a fault kind
 this machine cannot do is said in the output and left out.
 
-It prints, one line a minute, ``name=value`` figures: sentences emitted, acked and failed (the spouts' counters,
-summed over the driver's restarts: a SIGKILLed driver's last second is not in them), the backlog in the sources,
-throughput (sentences acked per second, from the sources), complete latency p50 and p99 over the minute (from the
-Prometheus histogram), the RSS of the driver's Python process and of the Python workers, their open file
-descriptors, and the bytes the driver's hub and the workers' links hold. Then each fault with its recovery time:
+It prints, one line a minute, ``name=value`` figures: sentences emitted, acked and failed since the start (the
+spouts' counters, summed over the driver's restarts: a SIGKILLed driver's last second is not in them), the backlog
+in the sources, throughput (sentences acked per second over the minute, from the sources), complete latency p50
+and p99 over the minute (from the Prometheus histogram), the RSS of the driver's Python process and of the Python
+workers (together), their open file descriptors, and the bytes the driver's hub and the workers' links hold (at the
+minute, and the most over it). Then each fault with its recovery time:
 from the fault to the end of the first 5-second window, wholly after the fault, in which sentences were acked at
 90% of the rate or more (so 5 s is the least it can show).
 
@@ -37,13 +38,19 @@ At the end the input stops, the backlog drains, the driver is stopped, and the s
 * ``sink_complete``: every word of every sentence appended is in the sink, at its position;
 * ``counts_exact``: the stateful counts, read from the last checkpoint in Redis, equal the exact counts;
 * ``rss_growth``: after the warm-up (the first 5 minutes; the first third of a run shorter than 15 minutes),
-  driver and worker RSS grow by at most 10% to the end. A process a fault restarted starts small, so the least
-  figure of the last window (1 minute, or a sixth of a short run) is compared with the largest of the window
-  that follows the warm-up;
-* ``fd_growth``: open file descriptors, compared the same way, grow by none;
+  driver and worker RSS grow by at most 10% to the end. Only the samples taken while no fault was under way
+  (from a fault's recovery to the next fault) count, and a process a fault restarted starts small, so the least
+  figure of the last window's worth of them (1 minute, or a sixth of a short run) is compared with the largest of
+  the first window's worth after the warm-up;
+* ``fd_growth``: open file descriptors, compared the same way, grow by none (where they do, the kinds of
+  descriptors that grew are printed);
 * ``recovery``: the p99 of the recovery times is at most 30 s (``--recovery-target``).
 
-It exits 1 naming every check that failed. ``--plot out.png`` draws throughput, latency and RSS over time.
+It exits 1 naming every check that failed. ``--plot out.png`` draws throughput, latency and RSS over time,
+``--samples out.jsonl`` keeps every second's figures, ``--kinds`` chooses the faults (``driver_kill,worker_pause``
+repeats one kind of recovery), and ``--keep`` keeps the run's directory (the driver's logs, Spark's, the sink).
+The driver's and executors' JVMs run with C1 alone (``JVM_OPTIONS``): they only start the run and carry Spark's
+control messages, and they start sooner, which a driver's restart waits for.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -143,7 +151,9 @@ def fd_kinds(pid: int) -> Counter:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                kinds[target.split(":[")[0] if target.startswith(("socket:", "pipe:")) else target] += 1
+                if target.startswith(("socket:", "pipe:")):
+                    target = target.split(":[")[0]
+                kinds[re.sub(r"driver-\d+\.log$", "driver-N.log", target)] += 1
     return kinds
 
 
@@ -577,8 +587,8 @@ class Soak:
                 self.hosts = NetworkHosts(["master", *(f"worker{i}" for i in range(WORKERS))])
             except (RuntimeError, subprocess.CalledProcessError) as exc:
                 why = f"network namespaces could not be made: {exc}"
-        self.kinds = [k for k in KINDS if k != "network_cut" or self.hosts is not None]
-        if self.hosts is None:
+        self.kinds = [k for k in self.args.kinds if k != "network_cut" or self.hosts is not None]
+        if self.hosts is None and "network_cut" in self.args.kinds:
             say("fault_kind_skipped", kind="network_cut", reason=why)
         host = self.hosts.gateway if self.hosts else "127.0.0.1"
         say("setup", network_hosts="yes" if self.hosts else "no", host=host, workers=WORKERS)
@@ -635,7 +645,6 @@ class Soak:
 
     def measure_capacity(self) -> float:
         """Sentences acked a second while both sources stay full, over 20 s after 10 s to settle."""
-        self.wait_acked("sentence acked", 300)
         time.sleep(10)
         first = self.sources.backlog()
         started = time.monotonic()
@@ -647,6 +656,7 @@ class Soak:
 
     def run(self) -> None:
         self.start()
+        self.wait_acked("sentence acked", 300)
         capacity = self.measure_capacity() if self.args.rate is None else None
         self.rate = self.args.rate or capacity / 2
         say(
@@ -830,21 +840,23 @@ def windows(minutes: float) -> tuple[float, float, float]:
     return (300.0, 60.0, total) if total >= 900 else (total / 3, total / 6, total)
 
 
+def steady(samples: list[Sample], faults: list[Fault]) -> list[Sample]:
+    """The samples taken while no fault was under way: from each fault's recovery to the next fault."""
+    spans = [(f.t, f.t + (f.recovery if f.recovery is not None else math.inf)) for f in faults]
+    return [s for s in samples if s.t >= 0 and not any(start <= s.t <= end for start, end in spans)]
+
+
 def growth(samples: list[Sample], name: str, minutes: float) -> tuple[float, float] | None:
-    """(the largest figure of the window after the warm-up, the least of the last window); a window with no
-    figure widens until it has one."""
+    """(the largest figure of the first window's worth of samples after the warm-up, the least of the last
+    window's worth before the end)."""
     warm, window, total = windows(minutes)
-    for widen in range(1, 10):
-        early = [getattr(s, name) for s in samples if warm <= s.t <= warm + window * widen]
-        late = [getattr(s, name) for s in samples if total - window * widen <= s.t <= total]
-        early, late = [v for v in early if v is not None], [v for v in late if v is not None]
-        if early and late:
-            return max(early), min(late)
-    return None
+    values = [v for s in samples if warm <= s.t <= total and (v := getattr(s, name)) is not None]
+    count = max(1, round(window))  # samples come about once a second
+    return (max(values[:count]), min(values[-count:])) if values else None
 
 
 def check_resources(soak: Soak, failed: list[str]) -> None:
-    samples, minutes = soak.sampler.samples, soak.args.minutes
+    samples, minutes = steady(soak.sampler.samples, soak.faults), soak.args.minutes
     warm, window, _ = windows(minutes)
     figures, ok = {}, True
     for name in ("driver_rss", "workers_rss"):
@@ -869,10 +881,14 @@ def check_resources(soak: Soak, failed: list[str]) -> None:
             say("fd_growth_detail", process=process, grown=json.dumps(grown))
 
 
-def check_recovery(soak: Soak, failed: list[str]) -> None:
+def measure_recoveries(soak: Soak) -> None:
     end = soak.sampler.samples[-1].t
     for fault in soak.faults:
         fault.recovery = recovery_of(soak.sampler.samples, fault.t, soak.rate, end)
+
+
+def check_recovery(soak: Soak, failed: list[str]) -> None:
+    for fault in soak.faults:
         say(
             "fault",
             t_s=round(fault.t, 1),
@@ -950,6 +966,14 @@ def interval(text: str) -> tuple[float, float]:
     return float(lo), float(hi or lo)
 
 
+def kinds(text: str) -> list[str]:
+    chosen = [kind.strip() for kind in text.split(",") if kind.strip()]
+    unknown = sorted(set(chosen) - set(KINDS))
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown}; known: {', '.join(KINDS)}")
+    return chosen
+
+
 def stop_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
@@ -964,6 +988,9 @@ def main() -> int:
         default=(30.0, 90.0),
         metavar="LO:HI",
         help="seconds between faults, drawn uniformly (default 30:90)",
+    )
+    parser.add_argument(
+        "--kinds", type=kinds, default=KINDS, help=f"the faults, comma-separated (default {','.join(KINDS)})"
     )
     parser.add_argument("--rate", type=float, help="sentences a second (default: half the measured capacity)")
     parser.add_argument("--message-timeout", type=int, default=CONF["topology.message.timeout.secs"])
@@ -994,6 +1021,7 @@ def main() -> int:
             drain_s=round(drained, 1),
             driver_exit=code,
             faults=len(soak.faults),
+            producer_retries=soak.producer.errors,
             **minute_figures(soak.sampler.samples, 0, soak.sampler.now()),
         )
         check("driver_exit", code == 0, failed, code=code)
@@ -1001,6 +1029,7 @@ def main() -> int:
         check_acked(soak, failed)
         check_sink(soak, ids, failed)
         check_counts(soak, ids, failed)
+        measure_recoveries(soak)
         check_resources(soak, failed)
         check_recovery(soak, failed)
         if args.samples:
