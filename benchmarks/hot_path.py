@@ -5,9 +5,8 @@ a tree) through ``split``, its batches to the two ``count`` tasks through the wi
 ``sink``, then every task's acks reduced. Nothing else runs, so the figure is the framework's Python per word
 plus the bolts' own bodies, which ``word_count.py``'s runs spread over processes, threads and sockets.
 
-It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with the collector
-as the workers set it (``squall.worker.gc.threshold``, default 50,000) or, with ``--gc-threshold 0``, as Python
-leaves it (700).
+It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with Python's own
+settings or, with ``--gc-threshold N``, as a worker sets it with ``squall.worker.gc.threshold: N``.
 
     python benchmarks/hot_path.py [--words 400000] [--gc-threshold 50000] [--profile]
 """
@@ -71,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--words", type=int, default=400_000)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--gc-threshold", type=int, default=50_000, help="0: Python's own collector settings")
+    parser.add_argument("--gc-threshold", type=int, default=0, help="0: Python's own collector settings")
     args = parser.parse_args()
     with collector_tuned(args.gc_threshold or None):
         measure(args)

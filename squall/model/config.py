@@ -39,8 +39,8 @@ SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
 # How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
 SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
-# The cyclic garbage collector's first threshold in the Python workers (None: Python's own, 700), which start
-# with what they hold frozen out of it
+# The cyclic garbage collector's first threshold in the Python workers, which then start with what they hold
+# frozen out of it (None: Python's own settings, untouched)
 SQUALL_WORKER_GC_THRESHOLD = "squall.worker.gc.threshold"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
@@ -77,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
-    SQUALL_WORKER_GC_THRESHOLD: 50_000,
+    SQUALL_WORKER_GC_THRESHOLD: None,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
     SQUALL_UI_PORT: None,

@@ -488,10 +488,10 @@ class Worker:
 
 @contextmanager
 def collector_tuned(threshold: int | None) -> Iterator[None]:
-    """The cyclic garbage collector as a worker wants it: what the process holds at the start (modules, the
-    topology) frozen out of its scans, and its first threshold raised, since each tuple makes a few short-lived
-    containers and a scan every 700 cost the workers about 8% of their CPU (docs/performance.md). Python's own
-    settings come back when the worker ends: Spark reuses the process."""
+    """The cyclic garbage collector as ``squall.worker.gc.threshold`` sets it: what the process holds at the start
+    (modules, the topology) frozen out of its scans, and its first threshold raised, since each tuple makes a few
+    short-lived containers and a scan every 700 costs the workers' Python about 8% (docs/performance.md). Python's
+    own settings come back when the worker ends: Spark reuses the process."""
     if threshold is None:
         yield
         return
