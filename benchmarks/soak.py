@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -73,6 +74,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,9 +130,10 @@ class Sentences:
         return self._texts[i % BLOCK]
 
 
-def sentence_ids(appended: list[int]) -> list[int]:
-    """Every id appended, in order, when source ``s`` appended ``appended[s]`` sentences."""
-    return sorted(2 * n + s for s, count in enumerate(appended) for n in range(count))
+def sentence_ids(appended: list[int]) -> Iterator[int]:
+    """Every id appended, in order, when source ``s`` appended ``appended[s]`` sentences (ids ``2n + s``)."""
+    both = 2 * min(appended)
+    return itertools.chain(range(both), range(both + appended.index(max(appended)), 2 * max(appended), 2))
 
 
 # -- processes, from /proc ----------------------------------------------------------------------------------
@@ -764,7 +767,7 @@ def check_acked(soak: Soak, failed: list[str]) -> None:
     )
 
 
-def check_sink(soak: Soak, ids: list[int], failed: list[str]) -> None:
+def check_sink(soak: Soak, appended: list[int], failed: list[str]) -> None:
     """Every (sentence, position) appended is in the sink with its word; nothing else is."""
     sentences = Sentences(soak.seed)
     missing = wrong = rows = repeated = 0
@@ -772,7 +775,7 @@ def check_sink(soak: Soak, ids: list[int], failed: list[str]) -> None:
     with contextlib.closing(sqlite3.connect(soak.directory / "sink.sqlite")) as db:
         cursor = db.execute("SELECT sentence, position, word, deliveries FROM words ORDER BY sentence, position")
         row = cursor.fetchone()
-        for i in ids:
+        for i in sentence_ids(appended):
             for position, word in enumerate(sentences.text(i).split(" ")):
                 while row is not None and (row[0], row[1]) < (i, position):
                     wrong += 1  # a row for no word appended
@@ -795,7 +798,7 @@ def check_sink(soak: Soak, ids: list[int], failed: list[str]) -> None:
         "sink_complete",
         missing == 0 and wrong == 0,
         failed,
-        sentences=len(ids),
+        sentences=sum(appended),
         words=rows,
         words_delivered_more_than_once=repeated,
         missing=missing,
@@ -804,9 +807,9 @@ def check_sink(soak: Soak, ids: list[int], failed: list[str]) -> None:
     )
 
 
-def check_counts(soak: Soak, ids: list[int], failed: list[str]) -> None:
+def check_counts(soak: Soak, appended: list[int], failed: list[str]) -> None:
     sentences = Sentences(soak.seed)
-    exact = Counter(word for i in ids for word in sentences.text(i).split(" "))
+    exact = Counter(word for i in sentence_ids(appended) for word in sentences.text(i).split(" "))
     key_file = soak.directory / "checkpoints" / NAME / "state.key"
     restored = RedisStateProvider(soak.redis.url, NAME, str(key_file)).load()
     counted: Counter = Counter()
@@ -1025,10 +1028,10 @@ def main() -> int:
             **minute_figures(soak.sampler.samples, 0, soak.sampler.now()),
         )
         check("driver_exit", code == 0, failed, code=code)
-        ids = sentence_ids(soak.sources.appended)
+        appended = soak.sources.appended
         check_acked(soak, failed)
-        check_sink(soak, ids, failed)
-        check_counts(soak, ids, failed)
+        check_sink(soak, appended, failed)
+        check_counts(soak, appended, failed)
         measure_recoveries(soak)
         check_resources(soak, failed)
         check_recovery(soak, failed)
