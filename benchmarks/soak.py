@@ -41,7 +41,7 @@ At the end the input stops, the backlog drains, the driver is stopped, and the s
   driver and worker RSS grow by at most 10% to the end. Only the samples taken while no fault was under way
   (from a fault's recovery to the next fault) count, and a process a fault restarted starts small, so the least
   figure of the last window's worth of them (1 minute, or a sixth of a short run) is compared with the largest of
-  the first window's worth after the warm-up;
+  the first window's worth after the warm-up (if faults left no such sample, every sample counts, as it says);
 * ``fd_growth``: open file descriptors, compared the same way, grow by none (where they do, the kinds of
   descriptors that grew are printed);
 * ``recovery``: the p99 of the recovery times is at most 30 s (``--recovery-target``).
@@ -859,9 +859,12 @@ def growth(samples: list[Sample], name: str, minutes: float) -> tuple[float, flo
 
 
 def check_resources(soak: Soak, failed: list[str]) -> None:
-    samples, minutes = steady(soak.sampler.samples, soak.faults), soak.args.minutes
-    warm, window, _ = windows(minutes)
-    figures, ok = {}, True
+    minutes = soak.args.minutes
+    warm, window, total = windows(minutes)
+    samples, which = steady(soak.sampler.samples, soak.faults), "steady"
+    if not any(warm <= s.t <= total for s in samples):  # faults all along: every sample after the warm-up
+        samples, which = soak.sampler.samples, "all"
+    figures, ok = {"samples": which}, True
     for name in ("driver_rss", "workers_rss"):
         found = growth(samples, name, minutes)
         grew = found[1] / found[0] - 1 if found else math.inf
@@ -869,7 +872,7 @@ def check_resources(soak: Soak, failed: list[str]) -> None:
         figures[f"{name}_mb"] = f"{found[0]:.1f}->{found[1]:.1f}" if found else "-"
         figures[f"{name}_growth_pct"] = round(100 * grew, 1) if found else "-"
     check("rss_growth", ok, failed, **figures, limit_pct=10, after_s=round(warm), window_s=round(window))
-    figures, ok = {}, True
+    figures, ok = {"samples": which}, True
     for name in ("driver_fds", "workers_fds"):
         found = growth(samples, name, minutes)
         ok &= found is not None and found[1] <= found[0]
