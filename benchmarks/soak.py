@@ -336,13 +336,16 @@ class Driver:
         return (self.directory / f"driver-{self.starts}.log").read_text(errors="replace")[-chars:]
 
     def metrics(self) -> dict[str, Any] | None:
-        """The spouts' counters and latency buckets, and the buffered bytes, from ``/metrics``; None if down."""
+        """The spouts' counters and latency buckets, and the buffered bytes, from ``/metrics``, with the start of
+        the driver that gave them (``start``); None if it is down."""
+        start, port = self.starts, self.ui_port  # of one start: a restart changes both
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/metrics", timeout=2) as response:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
                 text = response.read().decode()
         except (OSError, ValueError):
             return None
         figures: dict[str, Any] = {"emitted": 0, "acked": 0, "failed": 0, "buckets": {}, "hub": 0, "links": 0}
+        figures["start"] = start
         names = {
             "squall_tuples_emitted_total": "emitted",
             "squall_tuples_acked_total": "acked",
@@ -366,7 +369,7 @@ class Driver:
 # -- sampling ----------------------------------------------------------------------------------------------
 @dataclass
 class Sample:
-    t: float  # seconds since the steady input began (negative before)
+    t: float  # seconds since the steady input began (negative before); taken with the sources' reading
     acked: int | None  # sentences acked, from the sources
     backlog: int | None
     counters: dict[str, float]  # emitted, acked, failed: summed over the driver's restarts
@@ -428,7 +431,7 @@ class Sampler(threading.Thread):
             try:
                 sample = self.take()
                 with self.lock:
-                    sample.t = self.now()
+                    sample.t -= self.origin  # taken as time.monotonic(): t = 0 may have moved meanwhile
                     self.samples.append(sample)
                 self.say_minute()
             except Exception as exc:  # a figure that could not be read: the next second tries again
@@ -437,9 +440,10 @@ class Sampler(threading.Thread):
     def take(self) -> Sample:
         soak = self.soak
         backlog = soak.sources.backlog()
+        taken = time.monotonic()
         metrics = soak.driver.metrics()
         if metrics is not None:
-            start = soak.driver.starts
+            start = metrics["start"]
             before = self._last[1] if self._last is not None and self._last[0] == start else None
             for name in self._counters:
                 self._counters[name] += metrics[name] - (before[name] if before else 0)
@@ -458,7 +462,7 @@ class Sampler(threading.Thread):
         worker_rss = [r for r in map(rss_mb, workers) if r is not None]
         worker_fds = [f for f in map(open_fds, workers) if f is not None]
         return Sample(
-            self.now(),
+            taken,
             backlog[2] if backlog else None,
             backlog[0] + backlog[1] if backlog else None,
             dict(self._counters),
