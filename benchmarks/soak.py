@@ -496,7 +496,7 @@ def at(samples: list[Sample], t: float) -> Sample:
 
 
 def acked_between(samples: list[Sample], t0: float, t1: float) -> float | None:
-    """Sentences acked from the last reading at or before ``t0`` to the last at or before ``t1``, and the span."""
+    """Sentences acked a second, from the last reading at or before ``t0`` to the last at or before ``t1``."""
     readings = [s for s in samples if s.acked is not None]
     if not readings:
         return None
