@@ -137,12 +137,23 @@ class SparkStandaloneCluster:
         ip = self.hosts.ip(host) if self.hosts else "127.0.0.1"
         args = ["org.apache.spark.deploy.worker.Worker", self.url, "--host", ip, "--cores", "1"]
         args += ["--memory", self.worker_memory, "--work-dir", str(work_dir), "--webui-port", "0"]  # any free port
-        alive = self.alive()
-        self.workers.append(self._spawn(f"worker-{index}", args, host))
+        known = self._alive_ids()  # a worker just killed may still be among them for a moment
+        process = self._spawn(f"worker-{index}", args, host)
+        self.workers.append(process)
         self.work_dirs.append(work_dir)
         self.worker_hosts.append(host)
-        self.wait_alive(alive + 1)
+        deadline = time.monotonic() + 60
+        while not self._alive_ids() - known:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Spark worker {index} on {ip} did not register with the master: {work_dir}")
+            time.sleep(0.2)
         return index
+
+    def _alive_ids(self) -> set[str]:
+        try:
+            return {w["id"] for w in self.state()["workers"] if w["state"] == "ALIVE"}
+        except (OSError, ValueError):
+            return set()
 
     def state(self) -> dict:
         with urllib.request.urlopen(f"http://{self.host}:{self.ui_port}/json/", timeout=5) as response:
