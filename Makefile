@@ -1,6 +1,5 @@
 # Everything a fresh machine needs: `make example` runs the main example,
-# `make test` runs the whole test suite (what CI runs): two test processes at a time (tests that make
-# network-namespace hosts share one), then the chaos soak on its own, since it measures recovery times.
+# `make test` runs the whole test suite (what CI runs).
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
@@ -40,8 +39,7 @@ lint: $(COMPILED)
 	$(VENV)/bin/ruff format --check squall tests benchmarks examples
 
 test: lint
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -m "not soak"
-	$(VENV)/bin/python -m pytest -m soak
+	$(VENV)/bin/python -m pytest
 
 bench: $(COMPILED)
 	$(VENV)/bin/python benchmarks/acker.py

@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
 from servers import NetworkHosts, SparkStandaloneCluster, wait_for
 
 from squall.connectors import ReliableQueue
@@ -44,7 +43,6 @@ def queue_counts(path: Path) -> dict[str, int]:
         queue.close()
 
 
-@pytest.mark.xdist_group("network-namespaces")  # one test at a time makes hosts on this machine
 def test_word_count_on_five_hosts_keeps_tuples_off_the_driver_and_survives_losing_a_worker_host(tmp_path):
     hosts = NetworkHosts(["driver", "master", *WORKER_HOSTS])
     spark = None

@@ -14,7 +14,7 @@ import pytest
 from servers import require
 
 ROOT = Path(__file__).parent.parent
-pytestmark = pytest.mark.soak  # make test runs it on its own, after the rest: it measures recovery times
+pytestmark = pytest.mark.soak
 CHECKS = ("driver_exit", "all_acked", "sink_complete", "counts_exact", "rss_growth", "fd_growth", "recovery")
 
 
