@@ -67,6 +67,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -161,10 +162,12 @@ def fd_kinds(pid: int) -> Counter:
 
 
 def open_fds(pid: int) -> int | None:
+    """``pid``'s open file descriptors; None for a process that is gone, or is going (it has no RSS then)."""
     try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return None
+    return fds if rss_mb(pid) is not None else None
 
 
 def python_workers(cluster: SparkStandaloneCluster) -> list[int]:
@@ -441,6 +444,11 @@ class Sampler(threading.Thread):
         soak = self.soak
         backlog = soak.sources.backlog()
         taken = time.monotonic()
+        driver = soak.driver.pid  # its figures right after the sources': a fault may come at any moment
+        driver_rss, driver_fds = (rss_mb(driver), open_fds(driver)) if driver else (None, None)
+        workers = python_workers(soak.cluster)
+        worker_rss = [r for r in map(rss_mb, workers) if r is not None]
+        worker_fds = [f for f in map(open_fds, workers) if f is not None]
         metrics = soak.driver.metrics()
         if metrics is not None:
             start = metrics["start"]
@@ -452,24 +460,20 @@ class Sampler(threading.Thread):
                     self._buckets.get(bound, 0) + count - (before["buckets"].get(bound, 0) if before else 0)
                 )
             self._last = (start, metrics)
-        driver = soak.driver.pid
-        workers = python_workers(soak.cluster)
         if len(self.samples) % 10 == 0:
             listing = {"driver": fd_kinds(driver) if driver else Counter(), "workers": Counter()}
             for pid in workers:
                 listing["workers"].update(fd_kinds(pid))
             self.fd_listings.append((self.now(), listing))
-        worker_rss = [r for r in map(rss_mb, workers) if r is not None]
-        worker_fds = [f for f in map(open_fds, workers) if f is not None]
         return Sample(
             taken,
             backlog[2] if backlog else None,
             backlog[0] + backlog[1] if backlog else None,
             dict(self._counters),
             dict(self._buckets),
-            rss_mb(driver) if driver else None,
+            driver_rss,
             sum(worker_rss) if len(worker_rss) >= WORKERS else None,
-            open_fds(driver) if driver else None,
+            driver_fds,
             sum(worker_fds) if len(worker_fds) >= WORKERS else None,
             metrics["hub"] if metrics else None,
             metrics["links"] if metrics else None,
@@ -858,7 +862,9 @@ def growth(samples: list[Sample], name: str, minutes: float) -> tuple[float, flo
     window's worth before the end)."""
     warm, window, total = windows(minutes)
     values = [v for s in samples if warm <= s.t <= total and (v := getattr(s, name)) is not None]
-    count = max(1, round(window))  # samples come about once a second
+    gaps = [b.t - a.t for a, b in itertools.pairwise(samples)]
+    interval = statistics.median(gaps) if gaps else 1.0  # a sample a second, or less often on a busy machine
+    count = max(1, min(round(window / interval), len(values) // 2))  # the two windows never overlap
     return (max(values[:count]), min(values[-count:])) if values else None
 
 
