@@ -619,6 +619,7 @@ class Soak:
             "soak.dedup.window": 2_000_000,
             "soak.claim.idle.ms": 15_000,
             "squall.redis.url": self.redis.url,
+            "squall.workers": WORKERS,
             "squall.checkpoint.dir": self.directory / "checkpoints",
             "topology.message.timeout.secs": self.args.message_timeout,
         }

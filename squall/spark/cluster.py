@@ -73,7 +73,7 @@ class LocalCluster:
         )
         self.ui = None  # the web UI, REST API and /metrics, when squall.ui.port is set (squall.ui.server)
         try:
-            check_executors(self.sc)
+            check_executors(self.sc, slots=self.conf[cfg.SQUALL_WORKERS])
             self._set_checkpoint_dir()
             if self.conf[cfg.SQUALL_UI_PORT] is not None:
                 from squall.ui.server import UIServer

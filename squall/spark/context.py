@@ -121,11 +121,15 @@ def _probe():
     return namespace["squall_executor_probe"]
 
 
-def check_executors(sc: SparkContext, timeout: float = 300.0) -> None:
-    """One tiny job: every executor that answers imports squall at the driver's version, or ``SquallError``."""
+def check_executors(sc: SparkContext, timeout: float = 300.0, slots: int | None = None) -> None:
+    """One tiny job: every executor that answers imports squall at the driver's version, or ``SquallError``.
+
+    It has a task for each of the ``slots`` the run will use, when it is known (``squall.workers``), so that
+    executors registering meanwhile start their Python daemons now, together, rather than one after the other as
+    the worker job comes: what a restarted driver waits for before its first wave."""
     if sc.applicationId in _CHECKED:
         return
-    slots = max(1, sc.defaultParallelism)
+    slots = max(1, sc.defaultParallelism, slots or 0)
     group = f"squall-executor-check-{sc.applicationId}"
     sc.setJobGroup(group, "squall: do executors import squall?", interruptOnCancel=True)
     timer = threading.Timer(timeout, sc.cancelJobGroup, args=(group,))
