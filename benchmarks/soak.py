@@ -359,6 +359,7 @@ class Driver:
                 component = sample.labels.get("component")
                 if sample.name in names and component in SOURCES:
                     figures[names[sample.name]] += sample.value
+                    figures["running"] = True
                 elif sample.name == "squall_complete_latency_seconds_bucket" and component in SOURCES:
                     bound = float(sample.labels["le"])
                     figures["buckets"][bound] = figures["buckets"].get(bound, 0) + sample.value
@@ -366,7 +367,7 @@ class Driver:
                     figures["hub"] = int(sample.value)
                 elif sample.name == "squall_link_buffered_bytes":
                     figures["links"] = int(sample.value)
-        return figures
+        return figures if figures.get("running") else None  # a topology killed (Ctrl-C) shows no counters
 
 
 # -- sampling ----------------------------------------------------------------------------------------------
