@@ -150,13 +150,18 @@ class Worker:
             elif isinstance(message, Commit):
                 if self.spouts is not None:
                     self.spouts.commit(message.wave, message.snapshot)
-                self._restorable(snapshot=message.snapshot if self.store is not None else message.wave)
+                self._restorable(snapshot=self._snapshot_wave(message))
             elif isinstance(message, Release):
                 if self.spouts is not None:
                     self.spouts.release(message.wave)
                 self._restorable(checkpoint=message.wave)
             else:
                 raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def _snapshot_wave(self, commit: Commit) -> int:
+        """The wave a lost task would restart from: the last complete snapshot the workers wrote, or else (the
+        driver keeps the snapshots) the committed wave."""
+        return commit.snapshot if self.store is not None else commit.wave
 
     def _restorable(self, snapshot: int | None = None, checkpoint: int | None = None) -> None:
         """A snapshot or a checkpoint completed: blobs released before both the last complete snapshot and the
@@ -190,7 +195,7 @@ class Worker:
             self.spouts.commit(message.commit.wave, message.commit.snapshot)
         if message.commit is not None:
             commit = message.commit
-            self._restorable(snapshot=commit.snapshot if self.store is not None else commit.wave)
+            self._restorable(snapshot=self._snapshot_wave(commit))
         self.times[message.wave] = message.simulated_now
         self.weights.update(message.weights, self.placement)
         if message.checkpoint is not None:
