@@ -14,14 +14,14 @@ What runs, all started by this script and stopped at its end (on failure too):
   Stream (odd ids) are split, counted once per word in a ``StatefulBolt`` and written, every (sentence id,
   position, word), to a SQLite sink.
 
-First the capacity is measured (the sources kept full for 30 s), then sentences are appended at half of it
-(``--rate`` sets it instead), so that recovery shows. Every 30 to 90 s (``--fault-interval``), and never before
-the fault before it has recovered (or 120 s have passed), a fault comes: a Spark worker and its executor
-SIGKILLed and a new worker started on its host; a Python worker SIGKILLed; the ``squall run`` driver SIGKILLed and
-started again; Redis SIGKILLed and started again; a worker paused (SIGSTOP) for 5 s longer than the message
-timeout, then resumed; a worker's host taken off the bridge for 5 s. The kinds come in a random order, each once
-before any comes again. Everything random comes from ``--seed`` (printed), so a run can be repeated; a fault kind
-this machine cannot do is said in the output and left out.
+First the capacity is measured (the sources kept full for ``--capacity-secs``, 20, after 10 s to settle), then
+sentences are appended at half of it (``--rate`` sets it instead), so that recovery shows. Every 30 to 90 s
+(``--fault-interval``), and never before the fault before it has recovered (or 120 s have passed), a fault comes: a
+Spark worker and its executor SIGKILLed and a new worker started on its host; a Python worker SIGKILLed; the
+``squall run`` driver SIGKILLed and started again; Redis SIGKILLed and started again; a worker paused (SIGSTOP) for
+5 s longer than the message timeout, then resumed; a worker's host taken off the bridge for 5 s. The kinds come in
+a random order, each once before any comes again. Everything random comes from ``--seed`` (printed), so a run can
+be repeated; a fault kind this machine cannot do is said in the output and left out.
 
 It prints, one line a minute, ``name=value`` figures: sentences emitted, acked and failed since the start (the
 spouts' counters, summed over the driver's restarts: a SIGKILLed driver's last second is not in them), the backlog
@@ -657,11 +657,12 @@ class Soak:
         raise RuntimeError(f"no {what} within {timeout:.0f}s:\n{self.driver.log_tail()}")
 
     def measure_capacity(self) -> float:
-        """Sentences acked a second while both sources stay full, over 20 s after 10 s to settle."""
-        time.sleep(10)
+        """Sentences acked a second while both sources stay full, over ``--capacity-secs`` after half as long to
+        settle."""
+        time.sleep(self.args.capacity_secs / 2)
         first = self.sources.backlog()
         started = time.monotonic()
-        time.sleep(20)
+        time.sleep(self.args.capacity_secs)
         last = self.sources.backlog()
         if first is None or last is None:
             raise RuntimeError("the sources could not be read while measuring the capacity")
@@ -1011,6 +1012,7 @@ def main() -> int:
         "--kinds", type=kinds, default=KINDS, help=f"the faults, comma-separated (default {','.join(KINDS)})"
     )
     parser.add_argument("--rate", type=float, help="sentences a second (default: half the measured capacity)")
+    parser.add_argument("--capacity-secs", type=float, default=20.0, help="how long the capacity is measured")
     parser.add_argument("--message-timeout", type=int, default=CONF["topology.message.timeout.secs"])
     parser.add_argument("--recovery-target", type=float, default=30.0, help="p99 recovery, seconds")
     parser.add_argument("--plot", type=Path, help="write a PNG of throughput, latency and RSS over time")
