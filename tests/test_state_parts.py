@@ -8,6 +8,7 @@ real storage (a directory, a Redis server), then a topology on ``LocalCluster``.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections import Counter
@@ -156,3 +157,49 @@ def test_stateful_tasks_on_the_workers_write_their_parts_and_the_driver_only_com
     for state in FileStateProvider(str(directory)).load().states.values():
         counts.update(state)
     assert counts == Counter(words)  # every word acked only once its count was in a committed checkpoint
+
+
+MARKER = "restored-marker-5c1e"
+
+
+def _marked_sets() -> int:
+    """Sets holding ``MARKER`` alive in this process (a set is always tracked by the collector)."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is frozenset and MARKER in o)
+
+
+def test_a_restarted_driver_lets_go_of_the_restored_state_once_the_workers_hold_it(tmp_path):
+    """The driver restores the stateful tasks' state from the last checkpoint and hands it to the workers; it
+    keeps none of it once a complete snapshot holds each task (found by the soak: every restarted driver held
+    the whole restored state of every stateful task for the rest of its run)."""
+    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
+    words = [f"w{i % 50}" for i in range(2000)]
+    producer = ReliableQueue(queue_path, "q")
+    producer.put_many([w] for w in words)
+    builder = TopologyBuilder()
+    builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
+    builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
+    topology = builder.build()
+    saved = FileStateProvider(str(checkpoints / "held" / "state"))
+    tasks = list(topology.task_ids("count"))
+    for task in tasks:  # a checkpoint an earlier driver committed: each task holds a marked value
+        saved.prepare(1, task, StatePart({"marker": frozenset({MARKER, str(task)})}, [], whole=True))
+    saved.commit(1, {"count": tasks}, [(1, task, True) for task in tasks])
+    assert _marked_sets() == 0
+
+    conf = {"squall.checkpoint.dir": str(checkpoints), "squall.spark.master": "local[2]"}
+    with LocalCluster(conf) as cluster:
+        run = cluster.submit_topology("held", {"squall.snapshot.interval.ms": 200}, topology)
+        deadline = time.monotonic() + 120
+        while sum(producer.counts().values()) or _marked_sets():
+            assert not cluster.failures, cluster.failures
+            assert time.monotonic() < deadline, (producer.counts(), _marked_sets())
+            time.sleep(0.1)
+        assert run.stats.of("count").executed == len(words)
+        cluster.kill_topology("held")
+
+    restored = Counter()
+    for state in FileStateProvider(str(checkpoints / "held" / "state")).load().states.values():
+        assert state.pop("marker") & {MARKER}  # the workers kept the restored values
+        restored.update(state)
+    assert restored == Counter(words)

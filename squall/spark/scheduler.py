@@ -164,14 +164,18 @@ class WaveScheduler:
         self.placement = self._placement(workers)
         self.balancer = LoadBalancer(workers) if settings.load_aware else None
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
-        # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0
-        self.states: dict[int, tuple[int, dict]] = {task: (0, state) for task, state in (restored or {}).items()}
         # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
         self.store = SnapshotStore(settings.snapshot_root, settings.run_id) if settings.snapshot_root else None
+        # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0.
+        # Only when the driver keeps the snapshots: else it holds no task's state, a restored one included.
+        self.states: dict[int, tuple[int, dict]] = (
+            {task: (0, state) for task, state in (restored or {}).items()} if self.store is None else {}
+        )
         self.snapshot_wave = 0  # the last complete snapshot
         self.snapshot_refs: dict[int, Snapshot] = {}  # task -> its last snapshot written (a path)
         self.snapshot_in_flight: int | None = None
         self.wave_inputs: dict[int, tuple[float | None, dict[int, list[Batch]]]] = {}  # since the last snapshot
+        # A restored stateful task's start, pickled, until a complete snapshot holds the task (then it is let go).
         self._restored = {
             t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
         }
@@ -710,6 +714,8 @@ class WaveScheduler:
         self.snapshot_wave, self.snapshot_in_flight = wave, None
         for done in [w for w in self.wave_inputs if w <= wave]:
             del self.wave_inputs[done]
+        for task in [t for t in self._restored if t in self.snapshot_refs and self.snapshot_refs[t].version <= wave]:
+            del self._restored[task]  # it restarts from its own snapshot now
         try:
             self.store.complete(wave, {ref.version for ref in self.snapshot_refs.values()})
         except Exception:
