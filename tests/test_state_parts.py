@@ -203,3 +203,35 @@ def test_a_restarted_driver_lets_go_of_the_restored_state_once_the_workers_hold_
         assert state.pop("marker") & {MARKER}  # the workers kept the restored values
         restored.update(state)
     assert restored == Counter(words)
+
+
+def test_a_new_run_removes_what_killed_runs_of_its_topology_left_in_the_checkpoint_directory(tmp_path):
+    """Each run keeps its snapshots and spout logs under ``<checkpoint dir>/<name>-<12 hex>``; a killed driver
+    cannot remove its own, so the next run of the same topology does (found by the soak: 6 MB left behind by
+    every driver it killed). Other topologies' runs and directories that are not runs stay."""
+    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
+    left = [checkpoints / "again-0123456789ab" / "snapshots" / "7", checkpoints / "again-fedcba987654" / "spout-log"]
+    kept = [checkpoints / "again-other-0123456789ab", checkpoints / "again-notarun", checkpoints / "other-0123456789ab"]
+    for directory in left + kept:
+        directory.mkdir(parents=True)
+        (directory / "task-1").write_bytes(b"x")
+    producer = ReliableQueue(queue_path, "q")
+    producer.put_many([w] for w in ["a", "b", "a"])
+    builder = TopologyBuilder()
+    builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
+    builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
+    conf = {"squall.checkpoint.dir": str(checkpoints), "squall.spark.master": "local[2]"}
+    with LocalCluster(conf) as cluster:
+        run = cluster.submit_topology("again", {}, builder.build())
+        deadline = time.monotonic() + 120
+        while run.stats.of("queue").acked < 3:
+            assert not cluster.failures, cluster.failures
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        runs = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith(("again", "other")))
+        cluster.kill_topology("again")
+
+    own = [name for name in runs if name not in {"again", *(p.name for p in kept)}]
+    assert len(own) == 1 and own[0].startswith("again-")  # this run's own directory, and no earlier one
+    assert all(not directory.parent.exists() for directory in left)
+    assert all((directory / "task-1").exists() for directory in kept)

@@ -166,6 +166,8 @@ class WaveScheduler:
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
         self.store = SnapshotStore(settings.snapshot_root, settings.run_id) if settings.snapshot_root else None
+        if self.store is not None and (earlier := self.store.remove_earlier_runs(name)):
+            log.info("topology %s: removed the snapshots and spout logs of earlier runs %s", name, earlier)
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0.
         # Only when the driver keeps the snapshots: else it holds no task's state, a restored one included.
         self.states: dict[int, tuple[int, dict]] = (

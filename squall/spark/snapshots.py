@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+import re
 import uuid
 from urllib.parse import urlparse
 
@@ -38,6 +39,7 @@ COMPLETE = "COMPLETE"
 
 
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
+RUN_SUFFIX = re.compile(r"-[0-9a-f]{12}")  # a run's directory is ``<topology name>-<12 hex digits>``
 
 
 def snapshot_spacing(interval: float, seconds_per_worker: dict[int, float]) -> float:
@@ -115,3 +117,17 @@ class SnapshotStore:
 
     def remove(self) -> None:
         self._delete_dir(self.base)
+
+    def remove_earlier_runs(self, name: str) -> list[str]:
+        """The directories of earlier runs of topology ``name``, which a driver that was killed leaves behind,
+        removed; their names. A new run never reads them (stateful bolts restore from the state provider), and a
+        name runs once at a time, as in Storm: its checkpoints are shared."""
+        root, own = self.base.rsplit("/", 1)
+        earlier = [
+            child
+            for child in self._children(root)
+            if child != own and child.startswith(name) and RUN_SUFFIX.fullmatch(child[len(name) :])
+        ]
+        for child in earlier:
+            self._delete_dir(f"{root}/{child}")
+        return earlier
