@@ -1,8 +1,11 @@
-"""squall's standalone cluster launcher signals a worker with everything it runs.
+"""squall's standalone cluster launcher signals a worker with everything it runs, and waits for a worker it adds
+by that worker's own registration.
 
 PySpark's daemon, which an executor starts, puts itself and its Python workers in a process group of their own,
 so a signal to the worker's process group missed them: a worker "paused" with SIGSTOP went on running its Python
-workers (found by the soak, ``benchmarks/soak.py``, whose paused worker kept acking).
+workers (found by the soak, ``benchmarks/soak.py``, whose paused worker kept acking). And a worker added while a
+lost one was still counted alive was waited for by the count of workers alive, which could never reach one more
+(found by the soak too: ``add_worker`` waited out its whole timeout).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,4 +55,32 @@ def test_a_paused_worker_pauses_its_python_workers_too(tmp_path):
     finally:
         job.kill()
         job.wait()
+        cluster.stop()
+
+
+def test_a_worker_added_while_a_lost_one_is_still_counted_alive_is_waited_for_by_its_own_registration(
+    tmp_path, monkeypatch
+):
+    require("java", "openjdk-17-jre-headless")
+    monkeypatch.setenv("SPARK_MASTER_OPTS", "-Dspark.worker.timeout=2")  # a silent worker is lost after 2 s
+    cluster = SparkStandaloneCluster(tmp_path, workers=1)
+    try:
+        (lost,) = [w["id"] for w in cluster.state()["workers"]]
+        cluster.signal_worker(0, signal.SIGSTOP)  # silent, but the master counts it alive until its timeout
+        added: dict[str, int] = {}
+        adding = threading.Thread(target=lambda: added.update(index=cluster.add_worker()), daemon=True)
+        adding.start()
+        deadline = time.monotonic() + 30
+        while len(cluster.workers) < 2:
+            assert time.monotonic() < deadline, "no second worker process"
+            time.sleep(0.005)
+        cluster.signal_worker(1, signal.SIGSTOP)  # the new worker's JVM held before it can register...
+        states = lambda: {w["id"]: w["state"] for w in cluster.state()["workers"]}  # noqa: E731
+        wait_for(lambda: states().get(lost, "DEAD") != "ALIVE", "the silent worker counted out", timeout=60)
+        cluster.signal_worker(1, signal.SIGCONT)  # ...until the lost one is no longer counted: one alive, as before
+        adding.join(timeout=90)
+        assert added == {"index": 1}
+        assert [state for worker, state in states().items() if worker != lost] == ["ALIVE"]
+    finally:
+        cluster.signal_worker(0, signal.SIGCONT)
         cluster.stop()
