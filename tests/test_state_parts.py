@@ -131,17 +131,23 @@ class CountInState(StatefulBolt):
         self.collector.ack(tup)
 
 
-def test_stateful_tasks_on_the_workers_write_their_parts_and_the_driver_only_commits(tmp_path):
-    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
-    words = [f"w{i % 500}" for i in range(6000)]
-    producer = ReliableQueue(queue_path, "q")
-    producer.put_many([w] for w in words)
+def queued_count(queue_path, words: list[str]):
+    """``words`` put in a queue, and a topology that counts them in a stateful bolt of 2 tasks."""
+    ReliableQueue(queue_path, "q").put_many([w] for w in words)
     builder = TopologyBuilder()
     builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
     builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
+    return builder.build()
+
+
+def test_stateful_tasks_on_the_workers_write_their_parts_and_the_driver_only_commits(tmp_path):
+    queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
+    words = [f"w{i % 500}" for i in range(6000)]
+    topology = queued_count(queue_path, words)
+    producer = ReliableQueue(queue_path, "q")
     conf = {"squall.checkpoint.dir": str(checkpoints), "squall.spark.master": "local[2]"}
     with LocalCluster(conf) as cluster:
-        cluster.submit_topology("parts", {"topology.state.checkpoint.interval.ms": 200}, builder.build())
+        cluster.submit_topology("parts", {"topology.state.checkpoint.interval.ms": 200}, topology)
         deadline = time.monotonic() + 120
         while sum(producer.counts().values()):
             assert not cluster.failures, cluster.failures
@@ -174,12 +180,8 @@ def test_a_restarted_driver_lets_go_of_the_restored_state_once_the_workers_hold_
     the whole restored state of every stateful task for the rest of its run)."""
     queue_path, checkpoints = tmp_path / "queue.sqlite", tmp_path / "checkpoints"
     words = [f"w{i % 50}" for i in range(2000)]
+    topology = queued_count(queue_path, words)
     producer = ReliableQueue(queue_path, "q")
-    producer.put_many([w] for w in words)
-    builder = TopologyBuilder()
-    builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
-    builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
-    topology = builder.build()
     saved = FileStateProvider(str(checkpoints / "held" / "state"))
     tasks = list(topology.task_ids("count"))
     for task in tasks:  # a checkpoint an earlier driver committed: each task holds a marked value
@@ -215,14 +217,10 @@ def test_a_new_run_removes_what_killed_runs_of_its_topology_left_in_the_checkpoi
     for directory in left + kept:
         directory.mkdir(parents=True)
         (directory / "task-1").write_bytes(b"x")
-    producer = ReliableQueue(queue_path, "q")
-    producer.put_many([w] for w in ["a", "b", "a"])
-    builder = TopologyBuilder()
-    builder.set_spout("queue", QueueSpout(queue_path, "q", fields=["word"]))
-    builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
+    topology = queued_count(queue_path, ["a", "b", "a"])
     conf = {"squall.checkpoint.dir": str(checkpoints), "squall.spark.master": "local[2]"}
     with LocalCluster(conf) as cluster:
-        run = cluster.submit_topology("again", {}, builder.build())
+        run = cluster.submit_topology("again", {}, topology)
         deadline = time.monotonic() + 120
         while run.stats.of("queue").acked < 3:
             assert not cluster.failures, cluster.failures
