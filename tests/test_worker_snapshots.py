@@ -146,3 +146,20 @@ def test_snapshots_are_spaced_out_when_writing_them_is_costly():
     assert snapshot_spacing(1.0, {}) == 1.0
     assert snapshot_spacing(1.0, {0: 0.004, 1: 0.009}) == 1.0  # under 1% of a second: the interval
     assert snapshot_spacing(1.0, {0: 0.05, 1: 0.02}) == pytest.approx(5.0)  # the busiest worker's 50 ms: 5 s apart
+
+
+def test_a_costly_snapshot_spaces_out_the_snapshot_wave_that_follows_it():
+    from squall.spark.snapshots import SnapshotTimer
+
+    timer = SnapshotTimer(1.0, now=0.0)
+    assert timer.due(0.0)  # the first wave is a snapshot wave
+    timer.sent(0.0)
+    timer.written({})  # nothing executed yet: nothing written
+    assert not timer.due(0.9) and timer.due(1.0)
+    timer.sent(1.0)
+    assert not timer.due(1.5)
+    timer.written({0: 0.05, 1: 0.02})  # the busiest worker took 50 ms: the next one 5 s after this one was sent
+    assert not timer.due(2.0) and not timer.due(5.9) and timer.due(6.0)
+    timer.sent(6.0)
+    timer.written({0: 0.001})  # cheap again: the interval
+    assert not timer.due(6.9) and timer.due(7.0)

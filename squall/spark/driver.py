@@ -44,7 +44,7 @@ from squall.spark.protocol import RunSettings, SpoutStatus
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
-from squall.spark.snapshots import snapshot_spacing
+from squall.spark.snapshots import SnapshotTimer
 from squall.spark.spouts import DriverOutbox, SpoutHost
 from squall.spark.stateful import StateCheckpoints
 from squall.spark.stats import RunStats
@@ -138,8 +138,7 @@ class TopologyRun:
             self.spouts_on_workers and not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
         )
         self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
-        self._next_snapshot_at = self.started_at  # the first wave is a snapshot wave
-        self._snapshot_spacing = self.snapshot_interval  # longer when writing them is costly (snapshot_spacing)
+        self.snapshot_timer = SnapshotTimer(self.snapshot_interval, self.started_at)
         self.scheduler = WaveScheduler(
             sc,
             topology,
@@ -294,9 +293,9 @@ class TopologyRun:
         calls = self.sizer.calls_per_spout_task() if self._wanted_active else 0
         rotations, self._rotations_due = self._rotations_due, 0
         simulated = self.clock.now() if self.clock.simulated else None
-        snapshot = now >= self._next_snapshot_at and self.scheduler.snapshot_due()
+        snapshot = self.snapshot_timer.due(now) and self.scheduler.snapshot_due()
         if snapshot:
-            self._next_snapshot_at = now + self._snapshot_spacing
+            self.snapshot_timer.sent(now)
         self.wave = self.scheduler.send(
             inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
         )
@@ -395,8 +394,7 @@ class TopologyRun:
             if status.snapshot_seconds:
                 worker = self.scheduler.placement.get(task, 0)
                 per_worker[worker] = per_worker.get(worker, 0.0) + status.snapshot_seconds
-        if per_worker:
-            self._snapshot_spacing = snapshot_spacing(self.snapshot_interval, per_worker)
+        self.snapshot_timer.written(per_worker)
 
     def _apply_spouts(self, wave: CompletedWave) -> None:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""

@@ -48,6 +48,32 @@ def snapshot_spacing(interval: float, seconds_per_worker: dict[int, float]) -> f
     return max(interval, max(seconds_per_worker.values(), default=0.0) / SNAPSHOT_SHARE)
 
 
+class SnapshotTimer:
+    """When the next snapshot wave is due: ``interval`` seconds after the last one was sent, or longer once what
+    writing it cost is known (``snapshot_spacing``). That cost spaces the wave that follows it, so a costly
+    snapshot is never followed by another only ``interval`` later."""
+
+    def __init__(self, interval: float, now: float) -> None:
+        self.interval = self.spacing = interval
+        self.next_at = now  # the first wave is a snapshot wave
+        self.sent_at: float | None = None
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def sent(self, now: float) -> None:
+        self.sent_at, self.next_at = now, now + self.spacing
+
+    def written(self, seconds_per_worker: dict[int, float]) -> None:
+        """The last snapshot wave sent is written, each worker taking ``seconds_per_worker`` (none: nothing to
+        write)."""
+        if not seconds_per_worker:
+            return
+        self.spacing = snapshot_spacing(self.interval, seconds_per_worker)
+        if self.sent_at is not None:
+            self.next_at = self.sent_at + self.spacing
+
+
 class SnapshotStore:
     def __init__(self, root: str, run_id: str) -> None:
         if root.startswith("file:"):
