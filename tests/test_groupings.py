@@ -31,7 +31,7 @@ def test_fields_grouping_is_stable_hash_mod_tasks():
 def test_fields_grouping_past_its_memory_of_keys_routes_the_same():
     # more distinct keys than the picker remembers: it stops remembering and hashes, and no key moves
     pick = FieldsGrouping(Fields("word")).picker(1, TARGETS, WORD)
-    words = [f"word{i}" for i in range(200_000)] + ["x" * 300, "ü" * 200]
+    words = [f"word{i}" for i in range(200_000)] + ["x" * 300, "ü" * 200, "lone \ud800"]
     for _ in range(2):
         assert [pick((w, 0)) for w in words] == [TARGETS[stable_hash([w]) % 4] for w in words]
     numbers = FieldsGrouping(Fields("n")).picker(1, TARGETS, WORD)

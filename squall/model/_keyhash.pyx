@@ -19,3 +19,19 @@ def str_crc(str value, list prefixes):
     if size >= 256:
         return None
     return crc32(<unsigned long>prefixes[size], <const unsigned char *>data, <unsigned int>size)
+
+
+def str_pick(str value, list prefixes, list targets):
+    """``targets[str_crc(value, prefixes) % len(targets)]``: a fields grouping's target for a lone string key, in
+    one call; None where ``str_crc`` is None."""
+    cdef Py_ssize_t size
+    cdef const char *data
+    cdef unsigned long crc
+    try:
+        data = PyUnicode_AsUTF8AndSize(value, &size)
+    except UnicodeEncodeError:
+        return None
+    if size >= 256:
+        return None
+    crc = crc32(<unsigned long>prefixes[size], <const unsigned char *>data, <unsigned int>size)
+    return targets[crc % <unsigned long>len(targets)]

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 
 from squall.model.fields import Fields
-from squall.model.hashing import stable_hash, stable_str_hash
+from squall.model.hashing import _PREFIXES, stable_hash, stable_str_hash
+
+try:  # a lone string key's target in one C call (setup.py builds it where a compiler is)
+    from squall.model._keyhash import str_pick as _str_pick
+except ImportError:
+    _str_pick = None
 
 Router = Callable[[Sequence[Any]], list[int]]
 Picker = Callable[[Sequence[Any]], int]
@@ -138,6 +143,10 @@ class FieldsGrouping(Grouping):
             nonlocal misses_when_full
             value = values[position]
             is_str = type(value) is str  # no other type equals a str
+            if is_str and _str_pick is not None:  # hashed as quickly as it is looked up: nothing to remember
+                target = _str_pick(value, _PREFIXES, targets)
+                if target is not None:
+                    return target
             if misses_when_full >= _KNOWN_KEYS:  # more distinct keys than the memory holds
                 return targets[(stable_str_hash(value) if is_str else stable_hash([value])) % n]
             key = value if is_str else (type(value), value)
