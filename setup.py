@@ -21,6 +21,8 @@ setup(
             *COMPILED,
             # a fields grouping's key hash over a string's own UTF-8 bytes, with zlib's crc32
             Extension("squall.model._keyhash", ["squall/model/_keyhash.pyx"], libraries=["z"]),
+            # whether a plain bolt's large container holds atomic values only, before its snapshot pickles it
+            Extension("squall.spark._atomic", ["squall/spark/_atomic.pyx"]),
         ],
         language_level=3,
         quiet=True,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from squall import Bolt, TopologyBuilder
-from squall.spark.bolt_task import BoltTask
+from squall.spark.bolt_task import BoltTask, _plain
 from squall.spark.protocol import RunSettings
 from squall.spark.shipping import ShippedTopology, pack
 from squall.testing import FeederSpout
@@ -58,3 +61,29 @@ def test_a_restored_bolt_has_its_values_and_its_shared_references():
     assert type(bolt.tally) is Counter and bolt.tally["t7"] == 1
     assert bolt.me is bolt
     assert second.version == 7
+
+
+class Word(str):
+    """A str subclass: not atomic, so a container holding one is pickled with the memo."""
+
+
+_ATOMS = st.one_of(
+    st.text(max_size=3), st.integers(), st.floats(allow_nan=False), st.binary(max_size=2), st.booleans(), st.none()
+)
+_OTHERS = st.one_of(st.tuples(st.integers()), st.lists(st.integers(), max_size=1), st.builds(Word, st.text(max_size=2)))
+_VALUES = st.one_of(_ATOMS, _OTHERS)
+_KEYS = st.one_of(st.text(max_size=3), st.integers(), st.tuples(st.integers()), st.builds(Word, st.text(max_size=2)))
+
+
+@given(
+    st.one_of(
+        st.dictionaries(_KEYS, _VALUES, max_size=6),
+        st.dictionaries(_KEYS, st.integers(), max_size=6).map(Counter),
+        st.lists(_VALUES, max_size=6),
+        st.sets(_KEYS, max_size=6),
+    )
+)
+def test_a_container_is_plain_when_every_key_and_value_is_exactly_an_atomic_type(value):
+    atomic = {str, int, float, bytes, bool, type(None)}
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+    assert _plain(value) is all(type(item) in atomic for item in items)
