@@ -23,6 +23,8 @@ setup(
             Extension("squall.model._keyhash", ["squall/model/_keyhash.pyx"], libraries=["z"]),
             # whether a plain bolt's large container holds atomic values only, before its snapshot pickles it
             Extension("squall.spark._atomic", ["squall/spark/_atomic.pyx"]),
+            # a task's acks XOR-folded per root at the end of each wave
+            Extension("squall.spark._xor_fold", ["squall/spark/_xor_fold.pyx"]),
         ],
         language_level=3,
         quiet=True,

@@ -53,3 +53,18 @@ def test_the_driver_folds_every_tasks_batch_and_splits_them_by_acker_partition(t
 def test_an_empty_wave_has_an_empty_batch():
     batch = AckBatch.combine([AckBatch.from_messages([], [], []), AckBatch.empty()])
     assert len(batch) == 0 and batch.roots.dtype == np.uint64
+
+
+@given(messages, st.booleans())
+def test_a_wave_of_acks_folds_the_same_whether_or_not_each_roots_rows_come_in_one_run(msgs, in_runs):
+    if in_runs:  # a tuple's children emitted one after the other: runs of one root, folded before hashing
+        msgs = sorted(msgs, key=lambda m: m[0])
+    acks = [m for m in msgs if m[2] == ACK]
+    batch = AckBatch.from_acks(
+        np.array([m[0] for m in acks], np.uint64),
+        np.array([m[1] for m in acks], np.uint64),
+        [m[0] for m in msgs if m[2] == FAIL],
+        [m[0] for m in msgs if m[2] == RESET],
+    )
+    assert as_rows(batch) == folded(msgs)
+    assert len(set(batch.roots.tolist())) == len(batch)

@@ -16,7 +16,7 @@ from squall.model.tuple import Tuple
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
 from squall.spark.load import TaskWeights
-from squall.spark.protocol import ACK, FAIL, RESET, AckBatch, Batch, TaskStatus
+from squall.spark.protocol import AckBatch, Batch, TaskStatus
 from squall.spark.records import EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
@@ -352,16 +352,14 @@ class OutputCollector:
         for row_roots, row_edges in (*self._acked_rows, *self._entered):
             roots.append(row_roots)
             edges.append(np.asarray(row_edges, dtype=np.uint64))
-        failed, reset = len(self.failed_roots), len(self.reset_roots)
-        roots.append(np.array(self.failed_roots + self.reset_roots, dtype=np.uint64))
-        edges.append(np.zeros(failed + reset, dtype=np.uint64))
+        failed, reset = self.failed_roots, self.reset_roots
         all_roots, all_edges = np.concatenate(roots), np.concatenate(edges)
-        kinds = np.full(len(all_roots), ACK, dtype=np.uint8)
-        kinds[len(all_roots) - failed - reset :] = [FAIL] * failed + [RESET] * reset
-        in_tree = all_roots != 0  # rows of a basic bolt's batch in no tree
+        if not all_roots.all():  # rows of a basic bolt's batch in no tree
+            in_tree = all_roots != 0
+            all_roots, all_edges = all_roots[in_tree], all_edges[in_tree]
         self._acked_roots, self._acked_edges, self._acked_rows, self._entered = [], [], [], []
         self._message_roots, self._message_edges, self.failed_roots, self.reset_roots = [], [], [], []
-        return AckBatch.from_messages(all_roots[in_tree], all_edges[in_tree], kinds[in_tree])
+        return AckBatch.from_acks(all_roots, all_edges, [r for r in failed if r], [r for r in reset if r])
 
     def report_error(self, error: BaseException) -> None:
         text = "".join(traceback.format_exception(error))

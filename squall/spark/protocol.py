@@ -225,6 +225,11 @@ class AckerInput:
 # (``root mod topology.acker.executors``) its rows. No shuffle carries acks: they ride in the task reports,
 # which the driver applies once per (wave, task).
 ACK, FAIL, RESET = 0, 1, 2
+try:  # acks folded per root in C (setup.py builds it where a compiler is)
+    from squall.spark._xor_fold import xor_fold as _xor_fold
+except ImportError:
+    _xor_fold = None
+RUN_FOLD_SHARE = 4  # runs of one root are folded before hashing when a quarter of the rows or more repeat the last
 
 
 @wire
@@ -245,23 +250,38 @@ class AckBatch:
         return cls(np.empty(0, np.uint64), np.empty(0, np.uint64), np.empty(0, bool), np.empty(0, bool))
 
     @classmethod
-    def reduce(cls, roots: np.ndarray, xors: np.ndarray, failed: np.ndarray, reset: np.ndarray) -> AckBatch:
-        """Rows with repeated roots folded into one: values XORed, flags ORed.
+    def reduce(
+        cls, roots: np.ndarray, xors: np.ndarray, failed: np.ndarray | None = None, reset: np.ndarray | None = None
+    ) -> AckBatch:
+        """Rows with repeated roots folded into one: values XORed, flags ORed (no flags: none set).
 
-        Rows are grouped by hashing (Arrow's dictionary encoding), in time linear in the rows, then XORed
-        into their root's slot; the roots come out in order of first appearance.
+        Runs of one root (a tuple's children, emitted and acked one after the other) are folded first, in one
+        pass; the rows left are grouped by hashing, in time linear in the rows (acks alone in C, ``_xor_fold``;
+        else Arrow's dictionary encoding), then XORed into their root's slot. The roots come out in order of
+        first appearance.
         """
         if len(roots) == 0:
             return cls.empty()
+        repeats = roots[1:] == roots[:-1]
+        if np.count_nonzero(repeats) * RUN_FOLD_SHARE >= len(roots):
+            starts = np.flatnonzero(np.concatenate(([True], ~repeats)))
+            roots, xors = roots[starts], np.bitwise_xor.reduceat(xors, starts)
+            failed = None if failed is None else np.logical_or.reduceat(failed, starts)
+            reset = None if reset is None else np.logical_or.reduceat(reset, starts)
+        if failed is None and reset is None and _xor_fold is not None and roots.all():  # acks only: in C
+            unique, folded = _xor_fold(np.ascontiguousarray(roots, np.uint64), np.ascontiguousarray(xors, np.uint64))
+            return cls(unique, folded, np.zeros(len(unique), bool), np.zeros(len(unique), bool))
         encoded = pa.array(roots, pa.uint64()).dictionary_encode()
         slot = encoded.indices.to_numpy()
         unique = encoded.dictionary.to_numpy()
         folded = np.zeros(len(unique), np.uint64)
         np.bitwise_xor.at(folded, slot, xors)
         any_failed = np.zeros(len(unique), bool)
-        any_failed[slot[failed]] = True
+        if failed is not None and failed.any():
+            any_failed[slot[failed]] = True
         any_reset = np.zeros(len(unique), bool)
-        any_reset[slot[reset]] = True
+        if reset is not None and reset.any():
+            any_reset[slot[reset]] = True
         return cls(unique, folded, any_failed, any_reset)
 
     @classmethod
@@ -273,6 +293,19 @@ class AckBatch:
             np.asarray(values, np.uint64).reshape(-1),
             kind == FAIL,
             kind == RESET,
+        )
+
+    @classmethod
+    def from_acks(cls, roots: np.ndarray, edges: np.ndarray, failed: list[int], reset: list[int]) -> AckBatch:
+        """``(root, edge)`` ack rows (uint64 arrays), then the roots of ``fail`` and of ``reset_timeout`` calls."""
+        if not failed and not reset:
+            return cls.reduce(roots, edges)
+        flagged = np.array(failed + reset, np.uint64)
+        kinds = np.zeros(len(roots) + len(flagged), np.uint8)
+        kinds[len(roots) : len(roots) + len(failed)] = FAIL
+        kinds[len(roots) + len(failed) :] = RESET
+        return cls.from_messages(
+            np.concatenate([roots, flagged]), np.concatenate([edges, np.zeros(len(flagged), np.uint64)]), kinds
         )
 
     @classmethod
