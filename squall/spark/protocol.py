@@ -262,6 +262,8 @@ class AckBatch:
         """
         if len(roots) == 0:
             return cls.empty()
+        failed = failed if failed is not None and failed.any() else None
+        reset = reset if reset is not None and reset.any() else None
         repeats = roots[1:] == roots[:-1]
         if np.count_nonzero(repeats) * RUN_FOLD_SHARE >= len(roots):
             starts = np.flatnonzero(np.concatenate(([True], ~repeats)))
@@ -277,10 +279,10 @@ class AckBatch:
         folded = np.zeros(len(unique), np.uint64)
         np.bitwise_xor.at(folded, slot, xors)
         any_failed = np.zeros(len(unique), bool)
-        if failed is not None and failed.any():
+        if failed is not None:
             any_failed[slot[failed]] = True
         any_reset = np.zeros(len(unique), bool)
-        if reset is not None and reset.any():
+        if reset is not None:
             any_reset[slot[reset]] = True
         return cls(unique, folded, any_failed, any_reset)
 

@@ -201,7 +201,7 @@ class PendingTrees:
         self._pages[first] = page
         self._firsts = np.append(self._firsts, first)
         self._live += count
-        copies = AckBatch.reduce(roots, edges, np.zeros(len(roots), bool), np.zeros(len(roots), bool))
+        copies = AckBatch.reduce(roots, edges)
         inits = np.zeros(count, dtype=np.uint64)
         inits[self._sequences_of(copies.roots) - first] = copies.xors
         self._first_new = self._sequence
