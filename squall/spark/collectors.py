@@ -20,6 +20,7 @@ from squall.spark.protocol import AckBatch, Batch, TaskStatus
 from squall.spark.records import EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
+ACKED_START = 4096  # acked (root, edge) pairs a collector has room for at first; it doubles the room as needed
 
 
 def _anchor_list(anchors: Tuple | Iterable[Tuple] | None) -> list[Tuple]:
@@ -107,8 +108,11 @@ class OutputCollector:
     wave = cython.declare(object, visibility="public")
     outbox = cython.declare(dict, visibility="public")
     ship = cython.declare(object, visibility="public")
-    _acked_roots = cython.declare(list)
-    _acked_edges = cython.declare(list)
+    _acked_root_array = cython.declare(object)
+    _acked_edge_array = cython.declare(object)
+    _acked_root_view = cython.declare(cython.ulonglong[::1])
+    _acked_edge_view = cython.declare(cython.ulonglong[::1])
+    _acked_count = cython.declare(cython.Py_ssize_t)
     _acked_rows = cython.declare(list)
     _entered = cython.declare(list)
     _message_roots = cython.declare(list)
@@ -146,8 +150,11 @@ class OutputCollector:
         self.outbox: dict[int, _Open] = {}  # target task -> this wave's emits to it not yet shipped
         self.ship: Callable[[Batch], None] | None = None
         # The wave's acker messages, XOR-reduced per root by take_acks():
-        self._acked_roots: list[int] = []  # (root, edge) of each acked tuple in one tree; ints, not the tuples,
-        self._acked_edges: list[int] = []  # which the garbage collector would walk over and over until the wave ends
+        # (root, edge) of each acked tuple in one tree, stored as C integers: no list of ints made and converted
+        # each wave, and no tuples kept for the garbage collector to walk over until the wave ends
+        self._acked_count = 0
+        self._acked_root_array = self._acked_root_view = np.empty(ACKED_START, np.uint64)
+        self._acked_edge_array = self._acked_edge_view = np.empty(ACKED_START, np.uint64)
         self._acked_rows: list[tuple[list[int], list[int]]] = []  # a basic bolt's batch: every row acked at once
         self._entered: list[tuple[Any, np.ndarray]] = []  # (roots, edges) of shipped rows, sent into trees
         self._message_roots: list[int] = []  # any other (root, edge) message
@@ -287,14 +294,26 @@ class OutputCollector:
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 
+    @cython.locals(count=cython.Py_ssize_t)
     def ack(self, tup: Tuple) -> None:
         self._acked += 1
         if self._acking:
             if tup.root:
-                self._acked_roots.append(tup.root)
-                self._acked_edges.append(tup.edge)
+                count = self._acked_count
+                if count == self._acked_root_view.shape[0]:
+                    self._grow_acked()
+                self._acked_root_view[count] = tup.root
+                self._acked_edge_view[count] = tup.edge
+                self._acked_count = count + 1
             elif tup.trees:
                 self._messages(ack_messages(tup))
+
+    def _grow_acked(self) -> None:
+        count = self._acked_count
+        roots, edges = np.empty(2 * count, np.uint64), np.empty(2 * count, np.uint64)
+        roots[:count], edges[:count] = self._acked_root_array[:count], self._acked_edge_array[:count]
+        self._acked_root_array = self._acked_root_view = roots
+        self._acked_edge_array = self._acked_edge_view = edges
 
     def ack_batch(self, batch: Batch, failed: list[int]) -> None:
         """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""
@@ -347,17 +366,19 @@ class OutputCollector:
 
     def take_acks(self) -> AckBatch:
         """This wave's acker messages, XOR-reduced per root; the buffers start over."""
-        roots = [np.array(self._acked_roots, dtype=np.uint64), np.array(self._message_roots, dtype=np.uint64)]
-        edges = [np.array(self._acked_edges, dtype=np.uint64), np.array(self._message_edges, dtype=np.uint64)]
+        count = self._acked_count
+        roots = [self._acked_root_array[:count], np.array(self._message_roots, dtype=np.uint64)]
+        edges = [self._acked_edge_array[:count], np.array(self._message_edges, dtype=np.uint64)]
         for row_roots, row_edges in (*self._acked_rows, *self._entered):
             roots.append(row_roots)
             edges.append(np.asarray(row_edges, dtype=np.uint64))
         failed, reset = self.failed_roots, self.reset_roots
-        all_roots, all_edges = np.concatenate(roots), np.concatenate(edges)
+        all_roots, all_edges = np.concatenate(roots), np.concatenate(edges)  # copies: the buffers start over
+        self._acked_count = 0
         if not all_roots.all():  # rows of a basic bolt's batch in no tree
             in_tree = all_roots != 0
             all_roots, all_edges = all_roots[in_tree], all_edges[in_tree]
-        self._acked_roots, self._acked_edges, self._acked_rows, self._entered = [], [], [], []
+        self._acked_rows, self._entered = [], []
         self._message_roots, self._message_edges, self.failed_roots, self.reset_roots = [], [], [], []
         return AckBatch.from_acks(all_roots, all_edges, [r for r in failed if r], [r for r in reset if r])
 
