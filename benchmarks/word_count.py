@@ -184,6 +184,29 @@ class Count(Bolt):
         self.collector.ack(tup)
 
 
+class TimedCount(Count):
+    """``Count`` with its own dictionary lines timed, to show what the user's dict costs with each vocabulary:
+    each task writes the words it counted and their seconds to ``<directory>/task-<id>`` every 10,000 words."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.path, self.executed, self.dict_seconds = f"{self.directory}/task-{context.task_id}", 0, 0.0
+
+    def execute(self, tup):
+        started = time.perf_counter()
+        word = tup[0]
+        count = self.counts[word] = self.counts.get(word, 0) + 1
+        self.dict_seconds += time.perf_counter() - started
+        self.collector.emit([word, count], anchors=tup)
+        self.collector.ack(tup)
+        self.executed += 1
+        if self.executed % 10_000 == 0:
+            Path(self.path).write_text(f"{self.executed} {self.dict_seconds}")
+
+
 class Sink(BasicBolt):
     outputs = ()
 
@@ -191,16 +214,18 @@ class Sink(BasicBolt):
         pass
 
 
-def topology(spout: Sentences):
+def topology(spout: Sentences, count: Bolt | None = None):
     b = TopologyBuilder()
     b.set_spout("sentences", spout)
     b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
-    b.set_bolt("count", Count(), 2).fields_grouping("split", ["word"])
+    b.set_bolt("count", count or Count(), 2).fields_grouping("split", ["word"])
     b.set_bolt("sink", Sink(), 2).local_or_shuffle_grouping("count")  # stays in the worker
     return b.build()
 
 
-def squall_throughput(sentences: list[str], conf: dict, cpu: dict | None = None) -> tuple[float, int]:
+def squall_throughput(
+    sentences: list[str], conf: dict, cpu: dict | None = None, count: Bolt | None = None
+) -> tuple[float, int]:
     """Seconds from submitting to every sentence processed (all acked when acking is on), and waves run. The
     spout runs on a worker, as ``LocalCluster`` puts it; its acks are read from the run's stats. With ``cpu``,
     the driver's and the workers' CPU seconds over the same span go into it."""
@@ -210,7 +235,7 @@ def squall_throughput(sentences: list[str], conf: dict, cpu: dict | None = None)
     with LocalCluster() as cluster:
         driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
         started = time.perf_counter()
-        run = cluster.submit_topology("bench", conf, topology(spout))
+        run = cluster.submit_topology("bench", conf, topology(spout, count))
         waiting = time.thread_time()  # this thread's polling below is the benchmark's, not the driver's
         while (run.stats.of("sentences").acked if acking else run.stats.of("sink").executed) < (
             len(sentences) if acking else words
@@ -363,9 +388,28 @@ def vocabulary(sc, count: int, words: int) -> None:
     print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
     print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
     print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+    # Where the difference goes: the count bolt's own two dictionary lines, timed inside it in one more run of each.
+    small_ns, large_ns = count_dict_ns_per_word(small), count_dict_ns_per_word(large)
+    extra = (large_ns - small_ns) * 1e-9 * words / 2  # seconds more for each of the 2 count tasks, on 2 workers
+    print(f"count_bolt_dict_ns_per_word_1k={small_ns:.0f}")
+    print(f"count_bolt_dict_ns_per_word_1m={large_ns:.0f}")
+    print(f"count_bolt_dict_extra_seconds_per_task_1m={extra:.2f}")
+    print(f"squall_vocabulary_1m_vs_1k_bound_by_the_dict={small_secs / (small_secs + extra):.2f}")
+    print(f"squall_vocabulary_1m_vs_1k_without_the_dicts_extra={small_secs / (large_secs - extra):.2f}")
     small_secs = min(pyspark_carrying(sc, small) for _ in range(2))
     large_secs = min(pyspark_carrying(sc, large) for _ in range(2))
     print(f"pyspark_carrying_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+
+
+def count_dict_ns_per_word(sentences: list[str]) -> float:
+    """Nanoseconds a word the count bolt's dictionary lines take (``TimedCount``), over both its tasks."""
+    directory = tempfile.mkdtemp(prefix="squall-count-dict-")
+    try:
+        squall_throughput(sentences, {}, count=TimedCount(directory))
+        counted = [Path(directory, name).read_text().split() for name in os.listdir(directory)]
+        return sum(float(seconds) for _, seconds in counted) / sum(int(n) for n, _ in counted) * 1e9
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def exactly_once_figures(sentences: list[str], words: int, per_partition: int | None = None) -> None:
