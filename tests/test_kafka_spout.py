@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squall import BasicBolt, Bolt, TopologyBuilder
+from squall import BasicBolt, Bolt, LocalCluster, TopologyBuilder
 from squall.connectors.common import BrokerUnavailable
 from squall.connectors.kafka import (
     FirstPollOffsetStrategy,
@@ -408,3 +408,31 @@ def test_a_translated_row_the_stream_does_not_take_is_set_aside_and_the_rest_of_
     assert sorted(run.captured["kafka"]) == [(1,), (2,), (4,), (5,)]
     assert (stats.acked, stats.malformed) == (4, 1)
     assert committed_offsets(kafka_server.servers, group, topic) == {0: 5}  # the bad record does not hold it back
+
+
+def test_a_spout_task_whose_partitions_are_all_read_does_not_hold_up_the_other_waves_on_end(kafka_server):
+    """Two spout tasks, each with a partition of its own; every record is in the second's. The first task's
+    polls come back empty: after the first, they no longer wait ``poll_timeout_ms`` (200), so the waves, which
+    call every spout task, do not each take that long and shrink to a record or two: 20,000 records are read in
+    a few dozen waves, not thousands."""
+    topic, group = unique("oneidle"), unique("g")
+    create_topic(kafka_server.servers, topic, 2)
+    records = 20_000
+    produce(kafka_server.servers, topic, [[n, "x"] for n in range(records)], keys=[1] * records)
+    ends = end_offsets(kafka_server.servers, topic)
+    assert sorted(ends.values()) == [0, records]  # one partition has them all
+    b = TopologyBuilder()
+    b.set_spout("kafka", KafkaSpout(topic, kafka_server.servers, group, fields=["n", "word"]), 2)
+    b.set_bolt("count", Count(), 2).shuffle_grouping("kafka")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("one-idle", {}, b.build())
+        stats, deadline = run.stats.of("kafka"), time.monotonic() + 120
+        while stats.acked < records and time.monotonic() < deadline:
+            time.sleep(0.05)
+        acked, waves = stats.acked, run.stats.waves
+        print(f"\nrecords={records} acked={acked} waves={waves}")
+        assert acked == records and stats.failed == 0
+        assert waves < 500
+        cluster.kill_topology("one-idle")
+    full = max(ends, key=ends.get)
+    assert committed_offsets(kafka_server.servers, group, topic)[full] == records
