@@ -26,12 +26,15 @@ the run's secret; nothing from a connection is unpickled before it matches.
 from __future__ import annotations
 
 import contextlib
+import io
 import pickle
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from types import FunctionType
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -421,9 +424,49 @@ class Stop:
     final: bool = False  # the run is over: the worker's Python process forgets it (its topology and live tasks)
 
 
+class _FramePickler(pickle.Pickler):
+    """Python's own pickler, at C speed, for a frame whose every function and class the other side imports by
+    name; any other (one defined in ``__main__``, a notebook or a function, or of a module shipped by value)
+    raises, and the frame goes through cloudpickle instead."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if (type(obj) is FunctionType or isinstance(obj, type)) and obj not in _IMPORTABLE:
+            if not _importable_by_name(obj):
+                raise pickle.PicklingError(f"{obj!r} goes by value")
+            _IMPORTABLE[obj] = True
+        return NotImplemented
+
+
+_IMPORTABLE: dict[Any, bool] = {}  # functions and classes a frame may name: module-level, so kept for good
+_registered_by_value: set[str] = set()  # the modules cloudpickle ships by value, when _IMPORTABLE was filled
+
+
+def _importable_by_name(obj: Any) -> bool:
+    module_name = getattr(obj, "__module__", None)
+    if not module_name or module_name == "__main__":
+        return False
+    if any(module_name == name or module_name.startswith(name + ".") for name in _registered_by_value):
+        return False
+    found: Any = sys.modules.get(module_name)
+    for part in getattr(obj, "__qualname__", "<none>").split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
 def encode(message: Any, destination: int) -> bytes:
-    """A frame; cloudpickle, so that values of classes shipped by value (``shipping.py``) travel too."""
-    payload = cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    """A frame. Values of classes shipped by value (``shipping.py``) travel too: a frame that holds one, or a
+    function or class defined where the other side cannot import it, is pickled by cloudpickle."""
+    global _registered_by_value
+    registered = cloudpickle.list_registry_pickle_by_value()
+    if registered != _registered_by_value:
+        _IMPORTABLE.clear()
+        _registered_by_value = registered
+    buffer = io.BytesIO()
+    try:
+        _FramePickler(buffer, pickle.HIGHEST_PROTOCOL).dump(message)
+        payload = buffer.getvalue()
+    except Exception:  # by value, or anything plain pickle cannot do
+        payload = cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return HEADER.pack(len(payload), destination) + payload
 
 

@@ -1,0 +1,65 @@
+"""Frames between the driver and the workers, and between workers: plain pickle where the other side imports
+every function and class by name, cloudpickle (by value) where it may not."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from dataclasses import dataclass
+
+from pyspark import cloudpickle
+
+from squall.spark.protocol import HEADER, Batch, Commit, WaveInput, encode
+
+
+@dataclass
+class Ranking:
+    """A user value of a class this module defines: importable by name while the module is not shipped."""
+
+    word: str
+    count: int
+
+
+def decoded(frame: bytes):
+    length, destination = HEADER.unpack(frame[: HEADER.size])
+    assert len(frame) == HEADER.size + length
+    return destination, pickle.loads(frame[HEADER.size :])
+
+
+def batch_of(*values) -> Batch:
+    batch = Batch(1, 7, 3, "rank", 3, 4)
+    for value in values:
+        batch.add("default", (value,))
+    return batch
+
+
+def test_a_wave_input_of_plain_values_comes_back_equal():
+    message = WaveInput(
+        2, 7, None, [batch_of("a", 1, 2.5, None, b"x")], None, 500, 1, True, False, False, Commit(2, 6, 0)
+    )
+    destination, back = decoded(encode(message, 5))
+    assert destination == 5 and back == message
+
+
+def test_values_of_a_class_defined_in_a_function_and_a_lambda_travel_by_value():
+    class Local:
+        def __init__(self, n):
+            self.n = n
+
+    destination, back = decoded(encode(batch_of(Local(3), lambda x: x + 1), -1))
+    local, function = back.values[0][0], back.values[1][0]
+    assert destination == -1 and type(local).__name__ == "Local" and local.n == 3 and function(1) == 2
+
+
+def test_a_class_of_a_module_shipped_by_value_travels_by_value_and_by_name_again_once_it_is_not():
+    frame = encode(batch_of(Ranking("cat", 3)), 0)
+    assert b"_make_skeleton_class" not in frame and type(decoded(frame)[1].values[0][0]) is Ranking  # by name
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        frame = encode(batch_of(Ranking("cat", 3)), 0)
+        assert b"_make_skeleton_class" in frame  # the class itself is in the frame
+        value = decoded(frame)[1].values[0][0]
+        assert type(value).__name__ == "Ranking" and (value.word, value.count) == ("cat", 3)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert b"_make_skeleton_class" not in encode(batch_of(Ranking("dog", 1)), 0)
