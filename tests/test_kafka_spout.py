@@ -411,10 +411,10 @@ def test_a_translated_row_the_stream_does_not_take_is_set_aside_and_the_rest_of_
 
 
 def test_a_spout_task_whose_partitions_are_all_read_does_not_hold_up_the_other_waves_on_end(kafka_server):
-    """Two spout tasks, each with a partition of its own; every record is in the second's. The first task's
-    polls come back empty: after the first, they no longer wait ``poll_timeout_ms`` (200), so the waves, which
-    call every spout task, do not each take that long and shrink to a record or two: 20,000 records are read in
-    a few dozen waves, not thousands."""
+    """Two spout tasks, each with a partition of its own; every record is in one of them. The other task's polls
+    come back empty, and in a run a poll does not wait ``poll_timeout_ms`` (200) for records: the waves, which
+    call every spout task, do not each take that long and shrink to a record or two, so 20,000 records are read
+    in a few dozen waves, not thousands."""
     topic, group = unique("oneidle"), unique("g")
     create_topic(kafka_server.servers, topic, 2)
     records = 20_000

@@ -64,6 +64,10 @@ class SpoutOutputCollector:
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
         self.emit_budget = 1  # tuples the current next_tuple call may emit (set by the host before each call)
+        # A run calls every spout task of a worker in turn, on the thread its bolts run on, and paces an idle
+        # topology itself (a progressive wait, as Storm's): next_tuple should return at once when it has nothing,
+        # not wait for input. A spout that can wait (a broker's poll timeout) asks this.
+        self.may_wait = False
 
     def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""

@@ -252,7 +252,6 @@ class KafkaSpout(Spout):
         self._paused: set[tuple[str, int]] = set()
         self._unsent: dict[tuple[str, int], int] = {}  # offsets whose commit failed, to commit again
         self._ready: deque[_Chunk] = deque()  # polled and translated, not emitted yet, in poll order
-        self._polls_waiting = True  # a poll waits poll_timeout_ms until one comes back empty (``_poll``)
         self._in_flight: dict[MsgId, tuple[str, Sequence[Any]]] = {}  # emitted, not acked: (stream, values)
         self._retries = RetrySchedule(self.retry)
         self._null_values = (None,) * len(self.outputs.get(DEFAULT_STREAM, ()))  # a null tuple, emitted if asked
@@ -399,15 +398,13 @@ class KafkaSpout(Spout):
     def _poll(self) -> bool:
         """Poll, translate what came, and queue it to emit; False when nothing is ready to emit.
 
-        A poll waits up to ``poll_timeout_ms`` for records, as Storm's does, but once one has come back empty the
-        next ones do not wait until records come again: in a run, a worker calls its spout tasks one after
-        another within each wave, so a task whose partitions are all read would otherwise hold up the others
-        (and the bolts of its worker) ``poll_timeout_ms`` every wave. The run's own wait strategy paces an idle
-        topology instead."""
+        A poll waits up to ``poll_timeout_ms`` for records, as Storm's does, unless the collector says its caller
+        must not wait (``may_wait`` False): in a run, a worker calls its spout tasks one after another on the
+        thread its bolts run on, and paces an idle topology itself, so a task whose partitions are all read would
+        otherwise hold up the others ``poll_timeout_ms`` every wave."""
         self._pause_full_partitions()
-        timeout = self.poll_timeout_ms / 1000.0 if self._polls_waiting else 0.0
+        timeout = self.poll_timeout_ms / 1000.0 if getattr(self._collector, "may_wait", True) else 0.0
         records = self._consumer.consume(self.poll_records, timeout)
-        self._polls_waiting = bool(records)
         tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
         at_most_once = self.processing_guarantee is ProcessingGuarantee.AT_MOST_ONCE
         translate, offsets, null_values = self.translator, self._offsets, self._null_values
