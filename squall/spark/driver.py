@@ -137,8 +137,7 @@ class TopologyRun:
             self.state_checkpoints.provider.spec() if workers_write else None,
             self.spouts_on_workers and not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
         )
-        self.snapshot_interval: float = self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0
-        self.snapshot_timer = SnapshotTimer(self.snapshot_interval, self.started_at)
+        self.snapshot_timer = SnapshotTimer(self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0, self.started_at)
         self.scheduler = WaveScheduler(
             sc,
             topology,

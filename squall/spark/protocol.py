@@ -433,11 +433,11 @@ class _FramePickler(pickle.Pickler):
         if (type(obj) is FunctionType or isinstance(obj, type)) and obj not in _IMPORTABLE:
             if not _importable_by_name(obj):
                 raise pickle.PicklingError(f"{obj!r} goes by value")
-            _IMPORTABLE[obj] = True
+            _IMPORTABLE.add(obj)
         return NotImplemented
 
 
-_IMPORTABLE: dict[Any, bool] = {}  # functions and classes a frame may name: module-level, so kept for good
+_IMPORTABLE: set[Any] = set()  # functions and classes a frame may name: module-level, so kept for good
 _registered_by_value: set[str] = set()  # the modules cloudpickle ships by value, when _IMPORTABLE was filled
 
 
