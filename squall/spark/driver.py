@@ -47,7 +47,7 @@ from squall.spark.sizing import WaveSizer
 from squall.spark.snapshots import SnapshotTimer
 from squall.spark.spouts import DriverOutbox, SpoutHost
 from squall.spark.stateful import StateCheckpoints
-from squall.spark.stats import RunStats
+from squall.spark.stats import RunStats, decode_latencies
 from squall.spark.trees import PendingTrees
 from squall.state.providers import open_state_provider
 from squall.time import simulated_time
@@ -408,6 +408,7 @@ class TopologyRun:
     def _apply_spout_statuses(self, statuses: dict[int, tuple[str, SpoutStatus]]) -> None:
         for task, (component, status) in statuses.items():
             self._settled_seen += status.acked + status.failed
+            latencies = decode_latencies(status.latencies) if status.latencies is not None else None
             for stats in (self.stats.of(component), self.stats.of_task(component, task)):
                 stats.emitted += status.emitted
                 stats.acked += status.acked
@@ -415,8 +416,8 @@ class TopologyRun:
                 stats.timed_out += status.timed_out
                 stats.malformed += status.malformed
                 stats.errors += len(status.errors)
-                if status.latencies is not None:
-                    stats.add_latencies(status.latencies)
+                if latencies is not None:
+                    stats.add_latencies(latencies)
             for text in status.errors:
                 log.error("spout error in topology %s: %s", self.name, text)
                 self.stats.record_error(component, task, text)

@@ -5,28 +5,38 @@ errors. Tuples go from worker to worker over their own links (``links.py``);
 a frame addressed to anyone but the driver is refused, and the connection
 closed.
 
-It runs an asyncio loop on a thread of its own. Frames are unpickled only after
-the connection proved it knows the run's secret, and queued for the driver as
-``Received`` events. A connection that closes becomes a ``Disconnected`` event.
-Writes never block the loop: each connection buffers what it has not sent yet.
+It has no thread of its own. The thread that runs the topology reads the
+connections when it polls (``next_event``), so a worker's report is handled
+where it is read, with no hand-off between threads. Frames are unpickled only
+after the connection proved it knows the run's secret; each becomes a
+``Received`` event, and a connection that closes a ``Disconnected`` one.
+
+Any thread may ``send``: a frame goes to the socket at once, as far as the
+socket takes it, and the rest waits in its connection's buffer until the poll
+finds the socket writable, so a slow worker never blocks the sender. Any thread
+may ``post`` an event (the worker job's end) or ``wake`` a poll that waits.
 """
 
 from __future__ import annotations
 
-import asyncio
+import collections
 import contextlib
 import hmac
 import logging
 import pickle
-import queue
 import secrets
+import selectors
+import socket
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from squall.spark.protocol import HEADER, SECRET_BYTES, TO_DRIVER, Hello, encode
 
 log = logging.getLogger("squall.hub")
+
+READ_BYTES = 1 << 20  # at most this much is read from one connection in one go
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,108 +51,228 @@ class Disconnected:
     worker: int | None
 
 
+@dataclass(slots=True)
+class _Connection:
+    sock: socket.socket
+    inbound: bytearray = field(default_factory=bytearray)  # read, not yet a whole frame
+    outbound: bytearray = field(default_factory=bytearray)  # written, not yet taken by the socket
+    proven: bool = False  # it sent the run's secret
+    worker: int | None = None  # its Hello's
+    writing: bool = False  # registered for writability: its outbound is not empty
+
+
 class Hub:
     def __init__(self, host: str) -> None:
         self.secret = secrets.token_bytes(SECRET_BYTES)
-        self.events: queue.Queue[Received | Disconnected] = queue.Queue()
-        self._writers: dict[int, asyncio.StreamWriter] = {}  # connection -> writer
-        self._workers: dict[int, int] = {}  # worker -> its current connection
-        self._next_connection = 0
-        self.bytes_in = 0  # what the workers sent the driver, frames and secrets
+        self.bytes_in = 0  # what the workers sent the driver, in frames
         self.bytes_out = 0  # what the driver sent the workers
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(host,), name="squall-hub", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._server = socket.create_server((host, 0), backlog=128)
+        self._server.setblocking(False)
+        self._address = (host, self._server.getsockname()[1])
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._wake_in.setblocking(False)
+        self._wake_out.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._server, selectors.EVENT_READ)
+        self._selector.register(self._wake_in, selectors.EVENT_READ)
+        self._connections: dict[int, _Connection] = {}
+        self._next_connection = 0
+        self._events: collections.deque[Received | Disconnected] = collections.deque()  # read, not yet taken
+        self._posted: collections.deque[Any] = collections.deque()  # from other threads
+        self._to_close: collections.deque[int] = collections.deque()
+        self._lock = threading.Lock()  # the connections' outbound buffers and who is in the table
+        self._polling = threading.Lock()  # one poll at a time
+        self._closed = False
 
     @property
     def address(self) -> tuple[str, int]:
         return self._address
 
-    def _run(self, host: str) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._error: BaseException | None = None
-        try:
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, host, 0))
-            self._address = (host, self._server.sockets[0].getsockname()[1])
-        except BaseException as exc:
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self._loop.run_forever()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = self._next_connection
-        self._next_connection += 1
-        worker = None
-        try:
-            secret = await reader.readexactly(SECRET_BYTES)
-            if not hmac.compare_digest(secret, self.secret):
-                log.warning("a connection to the hub did not know the run's secret; closed")
-                return
-            self._writers[connection] = writer
-            while True:
-                length, destination = HEADER.unpack(await reader.readexactly(HEADER.size))
-                payload = await reader.readexactly(length)
-                self.bytes_in += HEADER.size + length
-                if destination != TO_DRIVER:
-                    log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
-                    return
-                message = pickle.loads(payload)
-                if isinstance(message, Hello):
-                    worker = message.worker
-                    self._workers[worker] = connection
-                self.events.put(Received(connection, message))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self._writers.pop(connection, None)
-            if worker is not None and self._workers.get(worker) == connection:
-                del self._workers[worker]
-            writer.close()
-            self.events.put(Disconnected(connection, worker))
-
-    def _write(self, frames: list[tuple[int, bytes]]) -> None:
-        for connection, frame in frames:
-            writer = self._writers.get(connection)
-            if writer is not None:
-                writer.write(frame)
+    # -- any thread ---------------------------------------------------------------------
+    def send(self, messages: list[tuple[int, Any]]) -> None:
+        """Send ``(connection, message)`` pairs, in order; never blocks on a slow connection."""
+        frames = [(connection, encode(message, 0)) for connection, message in messages]
+        left_over = False
+        with self._lock:
+            for connection, frame in frames:
+                conn = self._connections.get(connection)
+                if conn is None:
+                    continue
                 self.bytes_out += len(frame)
+                if conn.outbound:
+                    conn.outbound += frame
+                    continue
+                try:
+                    sent = conn.sock.send(frame)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:  # closing: the poll reads its end and reports it
+                    continue
+                if sent < len(frame):
+                    conn.outbound += memoryview(frame)[sent:]
+                    left_over = True
+        if left_over:
+            self.wake()  # a poll waiting now registers the socket for writing
+
+    def post(self, event: Any) -> None:
+        """An event for the poll, from another thread (the worker job's end)."""
+        self._posted.append(event)
+        self.wake()
+
+    def wake(self) -> None:
+        """Make a poll that waits return now."""
+        with contextlib.suppress(OSError):  # the pipe is full (a wake is pending anyway) or closed
+            self._wake_out.send(b"\0")
+
+    def close_connection(self, connection: int) -> None:
+        self._to_close.append(connection)
+        self.wake()
 
     def buffered_bytes(self) -> int:
         """Bytes written to the workers' connections and not yet sent."""
-        total = 0
-        for writer in list(self._writers.values()):
-            with contextlib.suppress(Exception):  # a connection closing meanwhile
-                total += writer.transport.get_write_buffer_size()
-        return total
+        with self._lock:
+            return sum(len(conn.outbound) for conn in self._connections.values())
 
-    def send(self, messages: list[tuple[int, Any]]) -> None:
-        """Send ``(connection, message)`` pairs, in order, as one step of the loop."""
-        frames = [(connection, encode(message, 0)) for connection, message in messages]
-        self._loop.call_soon_threadsafe(self._write, frames)
+    # -- the polling thread ---------------------------------------------------------------
+    def next_event(self, timeout: float | None) -> Any:
+        """The next event: ``Received``, ``Disconnected`` or a posted one, waiting up to ``timeout`` seconds
+        (``None``: until one comes). ``None`` when none came in time, or the poll was woken."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._polling:
+            while True:
+                if self._posted:
+                    return self._posted.popleft()
+                if self._events:
+                    return self._events.popleft()
+                if self._closed:
+                    return None
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                came, woken = self._poll_once(wait)
+                if self._posted or self._events:
+                    continue
+                # A partial frame came: read on (without waiting, once the time is up) until no byte comes.
+                if woken or (not came and deadline is not None and time.monotonic() >= deadline):
+                    return None
 
-    def close_connection(self, connection: int) -> None:
-        def close() -> None:
-            writer = self._writers.pop(connection, None)
-            if writer is not None:
-                writer.close()
+    def _poll_once(self, wait: float | None) -> tuple[bool, bool]:
+        """One select: accept, read, write and close what is ready. Returns whether bytes came, and whether the
+        poll was woken."""
+        while self._to_close:
+            self._drop(self._to_close.popleft())
+        with self._lock:
+            for connection, conn in self._connections.items():
+                if bool(conn.outbound) != conn.writing:
+                    conn.writing = not conn.writing
+                    events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0)
+                    self._selector.modify(conn.sock, events, connection)
+        came = woken = False
+        for key, mask in self._selector.select(wait):
+            if key.fileobj is self._server:
+                self._accept()
+            elif key.fileobj is self._wake_in:
+                woken = True
+                with contextlib.suppress(OSError):  # drained
+                    while self._wake_in.recv(4096):
+                        pass
+            else:
+                if mask & selectors.EVENT_WRITE:
+                    self._flush(key.data)
+                if mask & selectors.EVENT_READ:
+                    came = self._read(key.data) or came
+        return came, woken
 
-        self._loop.call_soon_threadsafe(close)
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._server.accept()
+            except OSError:  # none left (BlockingIOError), or the server closed
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection = self._next_connection
+            self._next_connection += 1
+            with self._lock:
+                self._connections[connection] = _Connection(sock)
+            self._selector.register(sock, selectors.EVENT_READ, connection)
+
+    def _flush(self, connection: int) -> None:
+        with self._lock:
+            conn = self._connections.get(connection)
+            if conn is None or not conn.outbound:
+                return
+            try:
+                sent = conn.sock.send(conn.outbound)
+            except BlockingIOError:
+                return
+            except OSError:  # the read side reports the close
+                sent = len(conn.outbound)
+            del conn.outbound[:sent]
+
+    def _read(self, connection: int) -> bool:
+        conn = self._connections.get(connection)
+        if conn is None:
+            return False
+        try:
+            data = conn.sock.recv(READ_BYTES)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(connection)
+            return True
+        conn.inbound += data
+        self._frames(connection, conn)
+        return True
+
+    def _frames(self, connection: int, conn: _Connection) -> None:
+        """The whole frames ``conn`` has read, as events; what is left waits for more bytes."""
+        buffer, start = conn.inbound, 0
+        if not conn.proven:
+            if len(buffer) < SECRET_BYTES:
+                return
+            if not hmac.compare_digest(bytes(buffer[:SECRET_BYTES]), self.secret):
+                log.warning("a connection to the hub did not know the run's secret; closed")
+                self._drop(connection)
+                return
+            conn.proven, start = True, SECRET_BYTES
+        while len(buffer) - start >= HEADER.size:
+            length, destination = HEADER.unpack_from(buffer, start)
+            end = start + HEADER.size + length
+            if len(buffer) < end:
+                break
+            if destination != TO_DRIVER:
+                log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
+                self._drop(connection)
+                return
+            message = pickle.loads(buffer[start + HEADER.size : end])
+            self.bytes_in += HEADER.size + length
+            start = end
+            if isinstance(message, Hello):
+                conn.worker = message.worker
+            self._events.append(Received(connection, message))
+        del buffer[:start]
+
+    def _drop(self, connection: int) -> None:
+        with self._lock:
+            conn = self._connections.pop(connection, None)
+        if conn is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(conn.sock)
+        conn.sock.close()
+        self._events.append(Disconnected(connection, conn.worker))
 
     def close(self) -> None:
-        def stop() -> None:
+        """Close every connection and the server; a poll waiting now returns first."""
+        self._closed = True
+        self.wake()
+        with self._polling:
+            with self._lock:
+                connections, self._connections = self._connections, {}
+            for conn in connections.values():
+                conn.sock.close()
             self._server.close()
-            for writer in self._writers.values():
-                writer.close()
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()  # each connection's task ends before the loop stops
-            self._loop.call_soon(self._loop.stop)
-
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(stop)
-        self._thread.join(timeout=10)
+            self._selector.close()
+            self._wake_in.close()
+            self._wake_out.close()

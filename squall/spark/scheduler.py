@@ -246,7 +246,7 @@ class WaveScheduler:
                 self.sc.parallelize(range(workers), workers).mapPartitionsWithIndex(body).collect()
             except BaseException as exc:
                 error = exc
-            hub.events.put(JobEnded(launch, error))
+            hub.post(JobEnded(launch, error))
 
         self._group = group
         self._job = threading.Thread(target=job, name=f"squall-job-{self.name}", daemon=True)
@@ -364,13 +364,9 @@ class WaveScheduler:
             if self.interrupted.is_set():
                 return done
             block = len(self.inflight) > wait_for
-            try:
-                if block:
-                    left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-                    event = self.hub.events.get(timeout=left)
-                else:
-                    event = self.hub.events.get_nowait()
-            except Exception:  # queue.Empty
+            left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            event = self.hub.next_event(left if block else 0.0)
+            if event is None:  # none in time, or woken
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     return done
                 self._check_workers()
@@ -387,9 +383,8 @@ class WaveScheduler:
         self._check_workers()
         wait: float | None = timeout
         while not self.interrupted.is_set():
-            try:
-                event = self.hub.events.get(timeout=wait) if wait else self.hub.events.get_nowait()
-            except Exception:  # queue.Empty
+            event = self.hub.next_event(wait or 0.0)
+            if event is None:
                 return
             wait = None
             self._handle(event, [])
@@ -742,24 +737,27 @@ class WaveScheduler:
         """Make any poll, now or later, return at once: the run is being killed."""
         self.interrupted.set()
         if self.hub is not None:
-            self.hub.events.put(None)  # wakes a poll waiting for events
+            self.hub.wake()  # a poll waiting for events returns
 
     def take_stopped_spouts(self) -> list[dict[int, tuple[str, SpoutStatus]]]:
         """The counters of spout tasks stopped since the last call (a relaunch), to fold into the run's."""
         stopped, self.stopped_spouts = self.stopped_spouts, []
         return stopped
 
-    def _final_spout_reports(self) -> dict[int, tuple[str, SpoutStatus]]:
-        """What the workers' spouts did as they stopped (trees failed back), from the reports already in."""
-        final: dict[int, tuple[str, SpoutStatus]] = {}
-        while True:
-            try:
-                event = self.hub.events.get_nowait()
-            except Exception:  # queue.Empty
-                return final
-            message = event.message if isinstance(event, Received) else None
-            if isinstance(message, SpoutReport) and message.wave == FINAL_REPORT:
-                final.update(message.spouts)
+    def _read_until_the_job_ends(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the worker job to end, reading what the workers send meanwhile."""
+        deadline = time.monotonic() + timeout
+        while self._job.is_alive() and (left := deadline - time.monotonic()) > 0:
+            event = self.hub.next_event(min(left, 0.1))
+            if isinstance(event, JobEnded) and event.launch == self._launches:
+                self._job.join(left)
+            self._take_final_report(event)
+
+    def _take_final_report(self, event: Any) -> None:
+        """What a worker's spouts did as they stopped (trees failed back) counts in ``final_spouts``."""
+        message = event.message if isinstance(event, Received) else None
+        if isinstance(message, SpoutReport) and message.wave == FINAL_REPORT:
+            self.final_spouts.update(message.spouts)
 
     def close(self, timeout: float = 10.0, fail_pending: bool = False, active: bool = True) -> None:
         """Stop the workers (their spouts failing their pending trees back first, with ``fail_pending``); a job
@@ -772,11 +770,12 @@ class WaveScheduler:
         stop = Stop(fail_pending, active, final=True)
         self.hub.send([(connection, stop) for connection in self._connections.values()])
         if self._job is not None:
-            self._job.join(timeout if self.ready else min(timeout, 1.0))
+            self._read_until_the_job_ends(timeout if self.ready else min(timeout, 1.0))
             if self._job.is_alive():
                 self.sc.cancelJobGroup(self._group)
-                self._job.join(timeout)
-        self.final_spouts = self._final_spout_reports()
+                self._read_until_the_job_ends(timeout)
+        while (event := self.hub.next_event(0.0)) is not None:  # what came before the job ended
+            self._take_final_report(event)
         self.hub.close()
         log.info(
             "topology %s: the hub carried %d bytes from the workers and %d to them in %d waves",

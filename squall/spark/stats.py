@@ -25,6 +25,10 @@ def latency_histogram() -> HdrHistogram:
 _EXACT = latency_histogram().sub_bucket_count  # below this every value has a bucket of its own
 
 
+def decode_latencies(encoded: bytes) -> HdrHistogram:
+    return HdrHistogram.decode(encoded)
+
+
 def latency_buckets(seconds) -> tuple[np.ndarray, np.ndarray]:
     """Latencies in seconds as ``(values, counts)`` in microseconds: each is rounded down to its histogram
     bucket's lowest value (which changes nothing the histogram holds), and each bucket appears once."""
@@ -70,10 +74,14 @@ class ComponentStats:
             for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                 self.latencies.record_value(value, count)
 
-    def add_latencies(self, encoded: bytes) -> None:
-        """Latencies recorded elsewhere (a spout task on a worker), as an encoded histogram."""
+    def add_latencies(self, latencies: bytes | HdrHistogram) -> None:
+        """Latencies recorded elsewhere (a spout task on a worker): a histogram, or one encoded
+        (``decode_latencies`` decodes it once for several stats)."""
         with self._latency_lock:
-            self.latencies.decode_and_add(encoded)
+            if isinstance(latencies, HdrHistogram):
+                self.latencies.add(latencies)
+            else:
+                self.latencies.decode_and_add(latencies)
 
     def latency_copy(self) -> HdrHistogram:
         """A copy of the latency histogram, safe to read while the topology records more."""

@@ -1,0 +1,86 @@
+"""How waves size themselves: toward the target time at the rate the last waves ran, growing only after full
+waves and at most fourfold, shrinking after long ones and at most by half, never past the cap."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from squall.spark.sizing import INITIAL_CALLS, WaveSizer
+
+TARGET = 0.2
+
+
+def complete(sizer: WaveSizer, wave: int, emits: int, seconds: float) -> int:
+    sizer.sent(wave, emits)
+    sizer.completed(wave, seconds)
+    return sizer.calls_per_spout_task()
+
+
+def test_it_starts_small_and_never_above_the_cap():
+    assert WaveSizer(TARGET, 20_000).calls_per_spout_task() == INITIAL_CALLS == 64
+    assert WaveSizer(TARGET, 10).calls_per_spout_task() == 10
+
+
+def test_a_full_quick_wave_grows_the_size_at_most_fourfold():
+    sizer = WaveSizer(TARGET, 20_000)
+    assert complete(sizer, 1, 64, 0.001) == 256  # at its rate the target holds 12,800 calls
+    assert complete(sizer, 2, 256, 0.001) == 1024
+
+
+def test_a_full_wave_grows_toward_what_the_target_holds_at_its_rate():
+    sizer = WaveSizer(TARGET, 20_000)
+    assert complete(sizer, 1, 64, 0.1) == 128  # 64 in 0.1 s: 128 in the target
+
+
+def test_growth_stops_at_the_cap():
+    sizer = WaveSizer(TARGET, 1000)
+    sizes = [complete(sizer, wave, sizer.calls_per_spout_task(), 0.001) for wave in range(1, 6)]
+    assert sizes == [256, 1000, 1000, 1000, 1000]
+
+
+def test_a_wave_that_is_not_full_does_not_grow_it():
+    sizer = WaveSizer(TARGET, 20_000)
+    assert complete(sizer, 1, 10, 0.001) == 64  # the spouts had no more to give
+
+
+def test_a_long_wave_shrinks_it_at_most_by_half():
+    sizer = WaveSizer(TARGET, 20_000, window=1)
+    sizer.size = 1000
+    assert complete(sizer, 1, 1000, 10.0) == 500  # at its rate the target holds 20: halved, no more
+    assert complete(sizer, 2, 500, 0.5) == 250
+    assert complete(sizer, 3, 250, 0.25) == 200  # 250 in 0.25 s: 200 in the target
+
+
+def test_two_waves_in_flight_together_count_as_one_run_of_work():
+    """The first of two waves run together completes after their whole time, the second just after it: their
+    rate is the two together, so a pair within the target keeps the cap."""
+    sizer = WaveSizer(TARGET, 20_000)
+    sizer.size = 20_000
+    sizes = []
+    for wave in range(1, 13, 2):
+        sizes.append(complete(sizer, wave, 20_000, 0.27))
+        sizes.append(complete(sizer, wave + 1, 20_000, 0.017))
+    assert sizes[0] == 14_814  # the first long wave alone: 20,000 in 0.27 s
+    assert sizes[1:] == [20_000] * 11
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=0, max_value=50_000), st.floats(min_value=1e-4, max_value=5.0)),
+        max_size=40,
+    ),
+    st.integers(min_value=1, max_value=30_000),
+)
+def test_each_wave_moves_the_size_within_its_bounds(waves, cap):
+    sizer = WaveSizer(TARGET, cap)
+    for wave, (emits, seconds) in enumerate(waves, 1):
+        before = sizer.calls_per_spout_task()
+        after = complete(sizer, wave, emits, seconds)
+        assert 1 <= after <= max(cap, before)
+        if seconds > TARGET:
+            assert before // 2 <= after <= before
+        elif emits >= before:
+            assert before <= after <= max(before, min(cap, 4 * before))
+        else:
+            assert after == before
