@@ -481,7 +481,7 @@ def main() -> None:
     print(f"squall_default_vs_best_tuned_throughput={best / default_secs:.2f}")
 
     driver_us, workers_us = cpu_per_word(sentences, {})
-    print(f"driver_cpu_us_per_word={driver_us:.2f}")
+    print(f"driver_cpu_us_per_word={driver_us:.4f}")
     print(f"workers_cpu_us_per_word={workers_us:.2f}")
     print(f"driver_bound_worker_cores={workers_us / driver_us:.1f}")
 
