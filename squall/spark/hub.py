@@ -37,6 +37,8 @@ from squall.spark.protocol import HEADER, SECRET_BYTES, TO_DRIVER, Hello, encode
 log = logging.getLogger("squall.hub")
 
 READ_BYTES = 1 << 20  # at most this much is read from one connection in one go
+ACCEPT_PAUSE_SECS = 1.0  # after accepting failed (out of file descriptors), as asyncio's server waits
+CLOSED_WAIT_SECS = 0.1  # a poll of a closed hub waits this long at most, then says nothing came
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,8 @@ class Hub:
         self.secret = secrets.token_bytes(SECRET_BYTES)
         self.bytes_in = 0  # what the workers sent the driver, in frames
         self.bytes_out = 0  # what the driver sent the workers
-        self._server = socket.create_server((host, 0), backlog=128)
+        family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6, as the host is
+        self._server = socket.create_server((host, 0), family=family, backlog=128)
         self._server.setblocking(False)
         self._address = (host, self._server.getsockname()[1])
         self._wake_in, self._wake_out = socket.socketpair()
@@ -83,6 +86,7 @@ class Hub:
         self._lock = threading.Lock()  # the connections' outbound buffers and who is in the table
         self._polling = threading.Lock()  # one poll at a time
         self._closed = False
+        self._accepting_again_at: float | None = None  # accepting paused (out of file descriptors) until then
 
     @property
     def address(self) -> tuple[str, int]:
@@ -128,6 +132,11 @@ class Hub:
         self._to_close.append(connection)
         self.wake()
 
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._connections)
+
     def buffered_bytes(self) -> int:
         """Bytes written to the workers' connections and not yet sent."""
         with self._lock:
@@ -139,33 +148,44 @@ class Hub:
         (``None``: until one comes). ``None`` when none came in time, or the poll was woken."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._polling:
+            if self._closed:
+                time.sleep(min(timeout or 0.0, CLOSED_WAIT_SECS))  # a caller that loops does not spin
+                return None
             while True:
-                if self._posted:
-                    return self._posted.popleft()
+                if self._posted and not self._events:
+                    self._poll_once(0.0)  # what the workers sent before it comes first, as it did
                 if self._events:
                     return self._events.popleft()
-                if self._closed:
-                    return None
+                if self._posted:
+                    return self._posted.popleft()
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                came, woken = self._poll_once(wait)
+                came, woken, moved = self._poll_once(wait)
                 if self._posted or self._events:
                     continue
-                # A partial frame came: read on (without waiting, once the time is up) until no byte comes.
-                if woken or (not came and deadline is not None and time.monotonic() >= deadline):
+                # Bytes came (a partial frame) or went: read and write on, without waiting once the time is up,
+                # until nothing moves.
+                if (woken and not came) or (
+                    not (came or moved) and deadline is not None and time.monotonic() >= deadline
+                ):
                     return None
 
-    def _poll_once(self, wait: float | None) -> tuple[bool, bool]:
-        """One select: accept, read, write and close what is ready. Returns whether bytes came, and whether the
-        poll was woken."""
+    def _poll_once(self, wait: float | None) -> tuple[bool, bool, bool]:
+        """One select: accept, read, write and close what is ready. Returns whether bytes came, whether the poll
+        was woken, and whether buffered bytes went out."""
         while self._to_close:
             self._drop(self._to_close.popleft())
+        if self._accepting_again_at is not None and time.monotonic() >= self._accepting_again_at:
+            self._accepting_again_at = None
+            self._selector.register(self._server, selectors.EVENT_READ)
         with self._lock:
             for connection, conn in self._connections.items():
                 if bool(conn.outbound) != conn.writing:
                     conn.writing = not conn.writing
                     events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0)
                     self._selector.modify(conn.sock, events, connection)
-        came = woken = False
+        came = woken = moved = False
+        if self._accepting_again_at is not None:
+            wait = ACCEPT_PAUSE_SECS if wait is None else min(wait, ACCEPT_PAUSE_SECS)
         for key, mask in self._selector.select(wait):
             if key.fileobj is self._server:
                 self._accept()
@@ -176,37 +196,44 @@ class Hub:
                         pass
             else:
                 if mask & selectors.EVENT_WRITE:
-                    self._flush(key.data)
+                    moved = self._flush(key.data) or moved
                 if mask & selectors.EVENT_READ:
                     came = self._read(key.data) or came
-        return came, woken
+        return came, woken, moved
 
     def _accept(self) -> None:
         while True:
             try:
                 sock, _ = self._server.accept()
-            except OSError:  # none left (BlockingIOError), or the server closed
+            except (BlockingIOError, InterruptedError):  # none left
+                return
+            except OSError as exc:  # out of file descriptors, say: the listener stays readable, so pause it
+                log.warning("the hub could not accept a connection (%s); trying again in %.0fs", exc, ACCEPT_PAUSE_SECS)
+                self._selector.unregister(self._server)
+                self._accepting_again_at = time.monotonic() + ACCEPT_PAUSE_SECS
                 return
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):  # reset already: its first read reports it
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = self._next_connection
             self._next_connection += 1
             with self._lock:
                 self._connections[connection] = _Connection(sock)
             self._selector.register(sock, selectors.EVENT_READ, connection)
 
-    def _flush(self, connection: int) -> None:
+    def _flush(self, connection: int) -> bool:
         with self._lock:
             conn = self._connections.get(connection)
             if conn is None or not conn.outbound:
-                return
+                return False
             try:
                 sent = conn.sock.send(conn.outbound)
             except BlockingIOError:
-                return
+                return False
             except OSError:  # the read side reports the close
                 sent = len(conn.outbound)
             del conn.outbound[:sent]
+            return sent > 0
 
     def _read(self, connection: int) -> bool:
         conn = self._connections.get(connection)
@@ -245,7 +272,12 @@ class Hub:
                 log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
                 self._drop(connection)
                 return
-            message = pickle.loads(buffer[start + HEADER.size : end])
+            try:
+                message = pickle.loads(buffer[start + HEADER.size : end])
+            except Exception:
+                log.exception("a frame from hub connection %d could not be unpickled; closed", connection)
+                self._drop(connection)
+                return
             self.bytes_in += HEADER.size + length
             start = end
             if isinstance(message, Hello):

@@ -69,6 +69,9 @@ STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing n
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 
 
+FINAL_REPORTS_SECS = 1.0  # after the worker job ends, how long its workers' last reports may still take to come
+
+
 @dataclass(frozen=True, slots=True)
 class JobEnded:
     launch: int
@@ -774,7 +777,11 @@ class WaveScheduler:
             if self._job.is_alive():
                 self.sc.cancelJobGroup(self._group)
                 self._read_until_the_job_ends(timeout)
-        while (event := self.hub.next_event(0.0)) is not None:  # what came before the job ended
+        # What the workers sent before the job ended: read until each closed its connection, or for a moment.
+        deadline = time.monotonic() + FINAL_REPORTS_SECS
+        while self.hub.connections and time.monotonic() < deadline:
+            self._take_final_report(self.hub.next_event(0.05))
+        while (event := self.hub.next_event(0.0)) is not None:
             self._take_final_report(event)
         self.hub.close()
         log.info(
