@@ -67,8 +67,6 @@ log = logging.getLogger("squall")
 READY_WARNING_SECS = 30.0
 STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing named in the log
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
-
-
 FINAL_REPORTS_SECS = 1.0  # after the worker job ends, how long its workers' last reports may still take to come
 
 
