@@ -63,6 +63,17 @@ class _Connection:
     writing: bool = False  # registered for writability: its outbound is not empty
 
 
+def _send_some(sock: socket.socket, data: bytes | bytearray) -> int:
+    """The bytes of ``data`` done with: what the socket took (0 when it is full), or all of them when it is
+    closing, since the poll reads its end and reports the close."""
+    try:
+        return sock.send(data)
+    except BlockingIOError:
+        return 0
+    except OSError:
+        return len(data)
+
+
 class Hub:
     def __init__(self, host: str) -> None:
         self.secret = secrets.token_bytes(SECRET_BYTES)
@@ -106,12 +117,7 @@ class Hub:
                 if conn.outbound:
                     conn.outbound += frame
                     continue
-                try:
-                    sent = conn.sock.send(frame)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:  # closing: the poll reads its end and reports it
-                    continue
+                sent = _send_some(conn.sock, frame)
                 if sent < len(frame):
                     conn.outbound += memoryview(frame)[sent:]
                     left_over = True
@@ -226,12 +232,7 @@ class Hub:
             conn = self._connections.get(connection)
             if conn is None or not conn.outbound:
                 return False
-            try:
-                sent = conn.sock.send(conn.outbound)
-            except BlockingIOError:
-                return False
-            except OSError:  # the read side reports the close
-                sent = len(conn.outbound)
+            sent = _send_some(conn.sock, conn.outbound)
             del conn.outbound[:sent]
             return sent > 0
 

@@ -74,14 +74,11 @@ class ComponentStats:
             for value, count in zip(values.tolist(), counts.tolist(), strict=True):
                 self.latencies.record_value(value, count)
 
-    def add_latencies(self, latencies: bytes | HdrHistogram) -> None:
-        """Latencies recorded elsewhere (a spout task on a worker): a histogram, or one encoded
-        (``decode_latencies`` decodes it once for several stats)."""
+    def add_latencies(self, latencies: HdrHistogram) -> None:
+        """Latencies recorded elsewhere (a spout task on a worker), as ``decode_latencies`` gives them: decoded once
+        for the component's stats and the task's."""
         with self._latency_lock:
-            if isinstance(latencies, HdrHistogram):
-                self.latencies.add(latencies)
-            else:
-                self.latencies.decode_and_add(latencies)
+            self.latencies.add(latencies)
 
     def latency_copy(self) -> HdrHistogram:
         """A copy of the latency histogram, safe to read while the topology records more."""
