@@ -111,9 +111,10 @@ def test_redis_streams_word_count_survives_a_driver_kill_and_a_worker_kill(redis
     rows = counted(out)
     twice, extra = check(messages, rows)
     assert client.xpending("crash-words", "squall")["pending"] == 0  # every entry acked
-    # In flight at the driver kill; in flight at the worker loss (failed back and replayed by the source); and the
-    # waves since the last complete snapshot, run again from the spouts' logs: at most one
-    # squall.snapshot.interval.ms (1 s) of this run's emits, about 3,300 sentences, under max.spout.pending.
+    # In flight at the driver kill (at most max.spout.pending); and at the worker loss, the waves since the last
+    # complete snapshot, run again from the spouts' logs, with the trees in flight among them (failed back and
+    # replayed by the source). A snapshot wave is due once the spout task has emitted half of max.spout.pending
+    # since the last, so those waves hold about that and the waves in flight: under 2 * max.spout.pending.
     assert twice <= 3 * PENDING
     print(
         f"\nredis streams: seed={seed} messages={MESSAGES} words={len(rows) - extra}"

@@ -153,13 +153,43 @@ def test_a_costly_snapshot_spaces_out_the_snapshot_wave_that_follows_it():
 
     timer = SnapshotTimer(1.0, now=0.0)
     assert timer.due(0.0)  # the first wave is a snapshot wave
-    timer.sent(0.0)
+    timer.sent(0.0, 0)
     timer.written({})  # nothing executed yet: nothing written
     assert not timer.due(0.9) and timer.due(1.0)
-    timer.sent(1.0)
+    timer.sent(1.0, 5)
     assert not timer.due(1.5)
     timer.written({0: 0.05, 1: 0.02})  # the busiest worker took 50 ms: the next one 5 s after this one was sent
     assert not timer.due(2.0) and not timer.due(5.9) and timer.due(6.0)
-    timer.sent(6.0)
+    timer.sent(6.0, 30)
     timer.written({0: 0.001})  # cheap again: the interval
     assert not timer.due(6.9) and timer.due(7.0)
+
+
+def test_a_snapshot_wave_is_due_once_a_spout_task_emitted_half_its_max_spout_pending():
+    from squall.spark.snapshots import SnapshotTimer
+
+    timer = SnapshotTimer(1.0, now=0.0, emits_between=2500)  # topology.max.spout.pending 5000
+    timer.sent(0.0, 3)
+    timer.emitted(2, {7: 4000})  # a wave sent before the snapshot wave: already in its snapshot
+    timer.emitted(3, {7: 100})  # the snapshot wave itself
+    timer.emitted(4, {7: 1200, 8: 2400})
+    assert not timer.due(0.1)  # no spout task has emitted 2,500 since
+    timer.emitted(5, {7: 1300, 8: 0})
+    assert timer.due(0.1)  # task 7 has: 2,500
+    timer.sent(0.1, 6)
+    timer.written({0: 0.002})  # 2 ms a snapshot: no closer than 0.2 s, whatever was emitted
+    timer.emitted(7, {7: 2600})
+    assert not timer.due(0.29) and timer.due(0.31)
+    timer.sent(0.31, 8)
+    timer.written({0: 0.05})  # 50 ms: 5 s apart, the cost rules
+    timer.emitted(9, {7: 10_000})
+    assert not timer.due(5.3) and timer.due(5.32)
+
+
+def test_without_max_spout_pending_only_the_interval_makes_a_snapshot_wave_due():
+    from squall.spark.snapshots import SnapshotTimer
+
+    timer = SnapshotTimer(1.0, now=0.0)
+    timer.sent(0.0, 0)
+    timer.emitted(1, {7: 1_000_000})
+    assert not timer.due(0.99) and timer.due(1.0)

@@ -137,7 +137,12 @@ class TopologyRun:
             self.state_checkpoints.provider.spec() if workers_write else None,
             self.spouts_on_workers and not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
         )
-        self.snapshot_timer = SnapshotTimer(self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0, self.started_at)
+        pending = self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING]
+        self.snapshot_timer = SnapshotTimer(
+            self.conf[cfg.SQUALL_SNAPSHOT_INTERVAL_MS] / 1000.0,
+            self.started_at,
+            max(1, pending // 2) if pending is not None else None,
+        )
         self.scheduler = WaveScheduler(
             sc,
             topology,
@@ -293,11 +298,11 @@ class TopologyRun:
         rotations, self._rotations_due = self._rotations_due, 0
         simulated = self.clock.now() if self.clock.simulated else None
         snapshot = self.snapshot_timer.due(now) and self.scheduler.snapshot_due()
-        if snapshot:
-            self.snapshot_timer.sent(now)
         self.wave = self.scheduler.send(
             inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
         )
+        if snapshot:
+            self.snapshot_timer.sent(now, self.wave)
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))
         for statuses in self.scheduler.take_stopped_spouts():
             self._apply_spout_statuses(statuses)
@@ -399,6 +404,7 @@ class TopologyRun:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""
         self.stats.pending = wave.pending
         self.stats.spout_emits_seen += wave.spout_emits
+        self.snapshot_timer.emitted(wave.wave, {task: status.emitted for task, (_, status) in wave.spouts.items()})
         self._apply_spout_statuses(wave.spouts)
         for acker, (merged, settled) in wave.ackers.items():  # Storm's __acker: executed acks, emitted settlements
             for stats in (self.stats.of(ACKER), self.stats.of_task(ACKER, self.acker_task_ids[acker])):

@@ -3,8 +3,9 @@
 When spouts run on the workers (``LocalCluster``, ``squall run``), the driver holds no bolt state:
 
 * every ``squall.snapshot.interval.ms`` (or less often, when writing them would take more than ``SNAPSHOT_SHARE``
-  of a worker's time: ``snapshot_spacing``) the driver marks a wave as a *snapshot wave*; at its end every plain
-  bolt task that executed anything since its last snapshot writes its attributes, pickled, to
+  of a worker's time: ``snapshot_spacing``; or sooner, once a spout task has emitted half of
+  ``topology.max.spout.pending`` trees since the last) the driver marks a wave as a *snapshot wave*; at its end
+  every plain bolt task that executed anything since its last snapshot writes its attributes, pickled, to
   ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
 * every spout task writes what it emitted in each wave to ``<dir>/<run>/spout-log/task-<task>/wave-<wave>``,
   the input a restarted run replays;
@@ -51,18 +52,40 @@ def snapshot_spacing(interval: float, seconds_per_worker: dict[int, float]) -> f
 class SnapshotTimer:
     """When the next snapshot wave is due: ``interval`` seconds after the last one was sent, or longer once what
     writing it cost is known (``snapshot_spacing``). That cost spaces the wave that follows it, so a costly
-    snapshot is never followed by another only ``interval`` later."""
+    snapshot is never followed by another only ``interval`` later.
 
-    def __init__(self, interval: float, now: float) -> None:
+    With ``emits_between`` (half of ``topology.max.spout.pending``), a snapshot wave is due sooner too: once a
+    spout task has emitted that many trees in the waves after the last snapshot wave, as long as snapshots stay
+    within ``SNAPSHOT_SHARE`` of a worker's time. What a worker loss runs again from the spout logs (the waves
+    since the last complete snapshot) then stays near ``max.spout.pending`` trees a spout task, however fast the
+    spouts emit."""
+
+    def __init__(self, interval: float, now: float, emits_between: int | None = None) -> None:
         self.interval = self.spacing = interval
         self.next_at = now  # the first wave is a snapshot wave
         self.sent_at: float | None = None
+        self.emits_between = emits_between
+        self.cost_spacing = 0.0  # the least time between two snapshot waves for their cost alone
+        self.sent_wave = -1
+        self._emitted: dict[int, int] = {}  # spout task -> trees emitted in the waves after ``sent_wave``
 
     def due(self, now: float) -> bool:
-        return now >= self.next_at
+        if now >= self.next_at:
+            return True
+        if self.emits_between is None or max(self._emitted.values(), default=0) < self.emits_between:
+            return False
+        return self.sent_at is None or now >= self.sent_at + self.cost_spacing
 
-    def sent(self, now: float) -> None:
-        self.sent_at, self.next_at = now, now + self.spacing
+    def sent(self, now: float, wave: int) -> None:
+        self.sent_at, self.next_at, self.sent_wave = now, now + self.spacing, wave
+        self._emitted.clear()
+
+    def emitted(self, wave: int, per_task: dict[int, int]) -> None:
+        """Wave ``wave`` completed, its spout tasks having emitted ``per_task`` trees."""
+        if self.emits_between is None or wave <= self.sent_wave:
+            return
+        for task, emits in per_task.items():
+            self._emitted[task] = self._emitted.get(task, 0) + emits
 
     def written(self, seconds_per_worker: dict[int, float]) -> None:
         """The last snapshot wave sent is written, each worker taking ``seconds_per_worker`` (none: nothing to
@@ -70,6 +93,7 @@ class SnapshotTimer:
         if not seconds_per_worker:
             return
         self.spacing = snapshot_spacing(self.interval, seconds_per_worker)
+        self.cost_spacing = snapshot_spacing(0.0, seconds_per_worker)
         if self.sent_at is not None:
             self.next_at = self.sent_at + self.spacing
 
