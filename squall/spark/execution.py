@@ -34,10 +34,13 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
     fields_of, last_stream, fields = task.fields_of, None, None
     failed: list[int] = []  # rows that raised or failed
     streams, rows = batch.streams, batch.values
-    columns = batch.roots, batch.edges
-    if not isinstance(columns[0], list):  # a sealed batch's uint64 arrays
-        columns = columns[0].tolist(), columns[1].tolist()
-    roots, edges = columns
+    root_column, edge_column = batch.roots, batch.edges
+    if isinstance(root_column, list):
+        roots, edges = root_column, edge_column
+    else:  # a sealed batch's uint64 arrays
+        roots = root_column.tolist()
+        # A basic bolt's rows are acked from the batch's own columns: its tuples need no edge of their own.
+        edges = edge_column.tolist() if basic_collector is None else [0] * len(roots)
     n = len(rows)
     if not len(streams) == len(roots) == len(edges) == n:
         raise ValueError(f"a batch from {component!r} has columns of different lengths")
