@@ -61,13 +61,18 @@ class SnapshotTimer:
     spouts emit."""
 
     def __init__(self, interval: float, now: float, emits_between: int | None = None) -> None:
-        self.interval = self.spacing = interval
+        self.interval = interval
         self.next_at = now  # the first wave is a snapshot wave
         self.sent_at: float | None = None
         self.emits_between = emits_between
-        self.cost_spacing = 0.0  # the least time between two snapshot waves for their cost alone
+        self.cost_spacing = 0.0  # the least time between two snapshot waves for their cost alone (``written``)
         self.sent_wave = -1
         self._emitted: dict[int, int] = {}  # spout task -> trees emitted in the waves after ``sent_wave``
+
+    @property
+    def spacing(self) -> float:
+        """Seconds from one snapshot wave to the next by the clock: the interval, or what their cost asks."""
+        return max(self.interval, self.cost_spacing)
 
     def due(self, now: float) -> bool:
         if now >= self.next_at:
@@ -92,7 +97,6 @@ class SnapshotTimer:
         write)."""
         if not seconds_per_worker:
             return
-        self.spacing = snapshot_spacing(self.interval, seconds_per_worker)
         self.cost_spacing = snapshot_spacing(0.0, seconds_per_worker)
         if self.sent_at is not None:
             self.next_at = self.sent_at + self.spacing

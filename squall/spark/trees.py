@@ -112,8 +112,6 @@ class PendingTrees:
         ids = IdGenerator(np.random.SeedSequence().entropy)  # never shared with a forked process
         prefix = int(ids.next_ids(1)[0]) >> SEQUENCE_BITS << SEQUENCE_BITS
         self._prefix = prefix - prefix % num_ackers  # root - prefix is then the acker, mod num_ackers
-        # With one acker task here (one a worker, the default), root = _sole_acker + sequence * num_ackers.
-        self._sole_acker = self._prefix + self.ackers[0] if len(self.ackers) == 1 else None
         self._local = np.full(num_ackers, -1, dtype=np.int64)  # acker -> its place among ``ackers``
         self._local[self.ackers] = np.arange(len(self.ackers))
         self._ids = ids
@@ -140,8 +138,6 @@ class PendingTrees:
         self._msg_ids.append(msg_id)
         self._times.append(emitted_at)
         self.per_task[spout_task] += 1
-        if self._sole_acker is not None:  # ``_root_of`` with one acker task here: once per spout tuple
-            return self._sole_acker + sequence * self.num_ackers
         return self._root_of(sequence)
 
     def start_many(self, spout_task: int, msg_ids: Sequence[Any], emitted_at: float) -> list[int]:
