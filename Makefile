@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
-HOT_PATH := squall/model/tuple.py squall/model/groupings.py squall/model/hashing.py squall/model/_keyhash.pyx \
+HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/spark/collectors.pxd squall/spark/execution.pxd squall/model/groupings.py squall/model/hashing.py squall/model/_keyhash.pyx \
 	squall/spark/collectors.py squall/spark/_atomic.pyx squall/spark/_xor_fold.pyx \
 	squall/spark/execution.py \
 	squall/spark/spouts.py \

@@ -8,7 +8,9 @@ plus the bolts' own bodies, which ``word_count.py``'s runs spread over processes
 It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with Python's own
 settings or, with ``--gc-threshold N``, as a worker sets it with ``squall.worker.gc.threshold: N``.
 
-    python benchmarks/hot_path.py [--words 400000] [--gc-threshold 50000] [--profile]
+With ``--no-acking`` the tasks run as with ``topology.acker.executors: 0``: no edges, no acks.
+
+    python benchmarks/hot_path.py [--words 400000] [--gc-threshold 50000] [--no-acking] [--profile]
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from squall.spark.worker import collector_tuned
 WAVE_SENTENCES = 2_000
 
 
-def tasks_of(built) -> dict[str, list[BoltTask]]:
+def tasks_of(built, acking: bool = True) -> dict[str, list[BoltTask]]:
     stripped = built.with_objects(dict.fromkeys(built.components))
     blobs = {c: pack(built.components[c].obj) for c in ("split", "count", "sink")}
     shipped = ShippedTopology(stripped, {}, blobs)
-    settings = RunSettings("hot-path", 7, acking=True, capture=False)
+    settings = RunSettings("hot-path", 7, acking=acking, capture=False)
     workers = [frozenset(built.task_ids(c)[i] for c in ("split", "count", "sink")) for i in range(2)]
     return {
         c: [BoltTask(shipped, c, t, settings, workers[i]) for i, t in enumerate(built.task_ids(c))]
@@ -70,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--words", type=int, default=400_000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-acking", dest="acking", action="store_false", help="as with 0 acker executors")
     parser.add_argument("--gc-threshold", type=int, default=0, help="0: Python's own collector settings")
     args = parser.parse_args()
     with collector_tuned(args.gc_threshold or None):
@@ -94,10 +97,10 @@ def measure(args: argparse.Namespace) -> None:
     sentences = make_sentences(args.words)
     built = topology(Sentences([]))
     spout_task = built.task_ids("sentences")[0]
-    run(sentences[:20_000], tasks_of(built), spout_task)  # warm up
+    run(sentences[:20_000], tasks_of(built, args.acking), spout_task)  # warm up
     best, collector = float("inf"), CollectorTime()
     for _ in range(3):
-        tasks = tasks_of(built)
+        tasks = tasks_of(built, args.acking)
         started, collected = time.perf_counter(), collector.seconds
         run(sentences, tasks, spout_task)
         if time.perf_counter() - started < best:
@@ -107,7 +110,7 @@ def measure(args: argparse.Namespace) -> None:
     print(f"hot_path_gc_us_per_word={gc_seconds / words * 1e6:.3f}")
     if args.profile:
         profile = cProfile.Profile()
-        profile.runcall(run, sentences, tasks_of(built), spout_task)
+        profile.runcall(run, sentences, tasks_of(built, args.acking), spout_task)
         pstats.Stats(profile).sort_stats("tottime").print_stats(18)
 
 

@@ -23,16 +23,8 @@ class Tuple:
     ``edge``; one in several trees keeps its map in ``trees`` (``root`` is 0).
     """
 
-    # Compiled, these are the fields of a C struct (``setup.py``): a tuple is made once per row per bolt.
-    values = cython.declare(tuple, visibility="public")
-    fields = cython.declare(object, visibility="public")
-    source_component = cython.declare(object, visibility="public")
-    source_task = cython.declare(object, visibility="public")
-    source_stream = cython.declare(object, visibility="public")
-    root = cython.declare(object, visibility="public")
-    edge = cython.declare(object, visibility="public")
-    trees = cython.declare(object, visibility="public")
-    id = cython.declare(object, visibility="public")
+    # Compiled, the fields are a C struct's (``tuple.pxd``): a tuple is made once per row per bolt, and its ``root``
+    # and ``edge`` are C integers, read and written by the compiled per-tuple path with no Python integer made.
 
     def __init__(
         self,
@@ -105,7 +97,8 @@ class Tuple:
 
 def row_tuple(values: tuple, fields: Fields, component: str, task: int, stream: str, root: int, edge: int) -> Tuple:
     """The ``Tuple`` of a batch's row, in one tree or none: ``Tuple(...)`` without its argument handling, made
-    once per row per bolt."""
+    once per row per bolt. Compiled, it is a C function (``tuple.pxd``) that takes ``root`` and ``edge`` as C
+    integers."""
     tup = Tuple.__new__(Tuple)
     tup.values = values if type(values) is tuple else tuple(values)
     tup.fields = fields

@@ -41,21 +41,41 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 
 
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
+OPEN_ROWS_START = 256  # rows an open batch has room for at first
 
 
 @cython.cclass
 class _Open:
-    """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup."""
+    """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup. Its
+    rows' roots are C integers in a buffer that doubles as needed, until the batch is sealed (``roots``)."""
 
     batch = cython.declare(object, visibility="readonly")
     streams = cython.declare(list)
     values = cython.declare(list)
-    roots = cython.declare(list)
-    edges = cython.declare(list)
+    _root_array = cython.declare(object)
+    _root_view = cython.declare(cython.ulonglong[::1])
 
     def __init__(self, batch: Batch) -> None:
         self.batch = batch
-        self.streams, self.values, self.roots, self.edges = batch.streams, batch.values, batch.roots, batch.edges
+        self.streams, self.values = batch.streams, batch.values
+        self._root_array = self._root_view = np.empty(OPEN_ROWS_START, np.uint64)
+
+    @cython.cfunc
+    @cython.locals(root=cython.ulonglong, rows=cython.Py_ssize_t)
+    def add(self, stream: str, values: tuple, root: int) -> cython.void:
+        """A row in tree ``root`` (0: in none, or in the batch's ``trees``)."""
+        rows = len(self.values)
+        if rows == self._root_view.shape[0]:
+            grown = np.empty(2 * rows, np.uint64)
+            grown[:rows] = self._root_array
+            self._root_array = self._root_view = grown
+        self._root_view[rows] = root
+        self.streams.append(stream)
+        self.values.append(values)
+
+    def roots(self) -> np.ndarray:
+        """The rows' roots, as uint64."""
+        return self._root_array[: len(self.values)]
 
 
 @cython.cfunc
@@ -189,23 +209,20 @@ class OutputCollector:
             rows = self.outbox[task] = _Open(batch)
         return rows
 
-    def _batch_to(self, task: int) -> Batch:
-        return self._open(task).batch
-
-    def _full(self, batch: Batch) -> None:
+    def _full(self, rows: _Open) -> None:
         if self.ship is not None:
-            del self.outbox[batch.target]
-            self._seal(batch)
-            self.ship(batch)
+            del self.outbox[rows.batch.target]
+            self.ship(self._seal(rows))
 
-    def _seal(self, batch: Batch) -> None:
-        """Draw the edge ids of the batch's rows in one tree, all at once, and send them into their trees.
-
-        The batch's ``roots`` and ``edges`` become uint64 arrays: they travel as two buffers, not as lists.
-        """
-        if not self._acking or not batch.roots:
-            return
-        roots = np.array(batch.roots, dtype=np.uint64)
+    def _seal(self, rows: _Open) -> Batch:
+        """The open batch, its columns closed: with acking, the edge ids of its rows in one tree are drawn all at
+        once and sent into their trees, and its ``roots`` and ``edges`` become uint64 arrays (two buffers on the
+        wire, not lists); without, they are zeros."""
+        batch = rows.batch
+        if not self._acking:
+            batch.roots, batch.edges = [0] * len(batch.values), [0] * len(batch.values)
+            return batch
+        roots = rows.roots()
         in_tree = roots != 0
         count = int(np.count_nonzero(in_tree))
         if count == len(roots):  # every row in one tree: the common case
@@ -218,25 +235,28 @@ class OutputCollector:
                 edges[in_tree] = fresh
                 self._entered.append((roots[in_tree], fresh))
         batch.roots, batch.edges = roots, edges
+        return batch
 
+    @cython.locals(rows=_Open)
     def _send(self, targets: list[tuple[str, int]], stream: str, values: tuple, anchors) -> list[int]:
         """The general emit: any number of targets, any anchors. Each copy's edges are drawn here and keep
         to the batch's ``trees``, so that ``_seal`` leaves them be."""
         parents = _anchor_list(anchors) if self._acking else []
         for _, task in targets:
-            batch = self._batch_to(task)
+            rows = self._open(task)
             anchors_to_ids = anchor(parents, self.next_id) if parents else {}
             if anchors_to_ids:
-                batch.trees[len(batch.values)] = anchors_to_ids
+                rows.batch.trees[len(rows.values)] = anchors_to_ids
                 self._messages(enter_messages(anchors_to_ids))
-            batch.add(stream, values)
-            if len(batch.values) >= CHUNK_ROWS:
-                self._full(batch)
+            rows.add(stream, values, 0)
+            if len(rows.values) >= CHUNK_ROWS:
+                self._full(rows)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
         self._emitted += 1
         return [task for _, task in targets]
 
+    @cython.locals(root=cython.ulonglong, columns=_Open)
     def emit(
         self,
         values: Sequence[Any],
@@ -260,17 +280,14 @@ class OutputCollector:
             parent = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
             if parent is None or parent.trees:
                 return self._send([("", target)], stream, values, anchors)
-            root = parent.root  # the row's edge is drawn when its batch is sealed
+            root = cython.cast(Tuple, parent).root  # the row's edge is drawn when its batch is sealed
         rows = self.outbox.get(target)
         if rows is None:
             rows = self._open(target)
         columns = cython.cast(_Open, rows)
-        columns.streams.append(stream)  # Batch.add, inline: this runs once per tuple
-        columns.values.append(values)
-        columns.roots.append(root)
-        columns.edges.append(0)
+        columns.add(stream, values, root)
         if len(columns.values) >= CHUNK_ROWS:
-            self._full(columns.batch)
+            self._full(columns)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
         self._emitted += 1
@@ -294,19 +311,20 @@ class OutputCollector:
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 
-    @cython.locals(count=cython.Py_ssize_t)
+    @cython.locals(count=cython.Py_ssize_t, acked=Tuple)
     def ack(self, tup: Tuple) -> None:
         self._acked += 1
         if self._acking:
-            if tup.root:
+            acked = cython.cast(Tuple, tup, typecheck=True)
+            if acked.root:
                 count = self._acked_count
                 if count == self._acked_root_view.shape[0]:
                     self._grow_acked()
-                self._acked_root_view[count] = tup.root
-                self._acked_edge_view[count] = tup.edge
+                self._acked_root_view[count] = acked.root
+                self._acked_edge_view[count] = acked.edge
                 self._acked_count = count + 1
-            elif tup.trees:
-                self._messages(ack_messages(tup))
+            elif acked.trees:
+                self._messages(ack_messages(acked))
 
     def _grow_acked(self) -> None:
         count = self._acked_count
@@ -346,10 +364,8 @@ class OutputCollector:
 
     def take_batches(self) -> list[Batch]:
         """The emits not shipped yet, one batch per target task, sealed; the outbox starts over."""
-        batches, self.outbox = [rows.batch for rows in self.outbox.values()], {}
-        for batch in batches:
-            self._seal(batch)
-        return batches
+        outbox, self.outbox = self.outbox, {}
+        return [self._seal(rows) for rows in outbox.values()]
 
     def take_last_batches(self, readers: list[int]) -> list[Batch]:
         """``take_batches``, with an empty batch for each of ``readers`` that has none, every one marked ``last``:

@@ -10,6 +10,7 @@ import logging
 import time
 
 import cython
+import numpy as np
 
 from squall.model.errors import FailedException
 from squall.model.tuple import row_tuple
@@ -19,7 +20,19 @@ from squall.spark.protocol import Batch
 log = logging.getLogger("squall.worker")
 
 
-@cython.locals(streams=list, rows=list, roots=list, edges=list, i=cython.Py_ssize_t, n=cython.Py_ssize_t)
+@cython.locals(
+    streams=list,
+    rows=list,
+    roots=list,
+    edges=list,
+    sealed=cython.bint,
+    with_edges=cython.bint,
+    root=cython.ulonglong,
+    edge=cython.ulonglong,
+    i=cython.Py_ssize_t,
+    n=cython.Py_ssize_t,
+)
+@cython.annotation_typing(True)  # for the two views' declarations below
 def execute_batch(task: BoltTask, batch: Batch) -> None:
     """Each row as a ``Tuple`` through the task's bolt, in order; a row that raises fails and the rest go on.
 
@@ -34,21 +47,33 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
     fields_of, last_stream, fields = task.fields_of, None, None
     failed: list[int] = []  # rows that raised or failed
     streams, rows = batch.streams, batch.values
-    root_column, edge_column = batch.roots, batch.edges
-    if isinstance(root_column, list):
-        roots, edges = root_column, edge_column
-    else:  # a sealed batch's uint64 arrays
-        roots = root_column.tolist()
-        # A basic bolt's rows are acked from the batch's own columns: its tuples need no edge of their own.
-        edges = edge_column.tolist() if basic_collector is None else [0] * len(roots)
     n = len(rows)
-    if not len(streams) == len(roots) == len(edges) == n:
+    # A basic bolt's rows are acked from the batch's own columns: its tuples need no edge of their own.
+    with_edges = basic_collector is None
+    sealed = not isinstance(batch.roots, list)  # a sealed batch's columns are uint64 arrays
+    root_view: cython.const[cython.ulonglong][::1]
+    edge_view: cython.const[cython.ulonglong][::1]
+    if sealed and cython.compiled:  # read in place: a row's root and edge are never Python integers
+        root_view = np.ascontiguousarray(batch.roots, np.uint64)
+        edge_view = np.ascontiguousarray(batch.edges, np.uint64)
+        columns, size = len(root_view) == len(edge_view), len(root_view)
+    else:
+        roots, edges = batch.roots, batch.edges
+        if sealed:  # run as plain Python
+            roots, edges, sealed = roots.tolist(), edges.tolist(), False
+        columns, size = len(roots) == len(edges), len(roots)
+    if not (columns and len(streams) == size == n):
         raise ValueError(f"a batch from {component!r} has columns of different lengths")
     for i in range(n):
-        stream, root = streams[i], roots[i]
+        stream = streams[i]
+        if sealed:
+            root = root_view[i]
+            edge = edge_view[i] if with_edges else 0
+        else:
+            root, edge = roots[i], edges[i]
         if stream is not last_stream:
             last_stream, fields = stream, fields_of(component, stream)
-        tup = row_tuple(rows[i], fields, component, source, stream, root, edges[i])
+        tup = row_tuple(rows[i], fields, component, source, stream, root, edge)
         if not root and trees:
             tup.trees = trees.get(i)
         try:

@@ -1,0 +1,2 @@
+# C declarations for execution.py when it is compiled (setup.py).
+from squall.model.tuple cimport Tuple, row_tuple
