@@ -25,7 +25,7 @@ def pytest_sessionstart(session):
     stale = [
         str(so.relative_to(root.parent))
         for so in root.rglob("*.so")
-        for suffix in (".py", ".pyx")
+        for suffix in (".py", ".pyx", ".pxd")
         if (source := so.with_name(so.name.split(".", 1)[0] + suffix)).exists()
         and source.stat().st_mtime > so.stat().st_mtime
     ]
