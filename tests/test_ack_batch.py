@@ -68,3 +68,18 @@ def test_a_wave_of_acks_folds_the_same_whether_or_not_each_roots_rows_come_in_on
     )
     assert as_rows(batch) == folded(msgs)
     assert len(set(batch.roots.tolist())) == len(batch)
+
+
+@given(st.integers(1, 40_000), st.integers(0, 2**32))
+def test_a_wave_with_thousands_of_roots_folds_to_one_row_each_in_order_of_first_appearance(distinct, seed):
+    # more roots than the fold's table holds at first, so that it grows while folding
+    rng = np.random.default_rng(seed)
+    roots = rng.integers(1, distinct + 1, 3 * distinct).astype(np.uint64) * np.uint64(2**40 + 1)
+    edges = rng.integers(0, 2**63, len(roots), dtype=np.uint64)
+    batch = AckBatch.from_acks(roots, edges, [], [])
+    expected: dict[int, int] = {}
+    for root, edge in zip(roots.tolist(), edges.tolist(), strict=True):
+        expected[root] = expected.get(root, 0) ^ edge
+    assert batch.roots.tolist() == list(expected)  # dicts keep first insertion order
+    assert batch.xors.tolist() == list(expected.values())
+    assert not batch.failed.any() and not batch.reset.any()
