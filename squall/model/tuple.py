@@ -105,6 +105,8 @@ def row_tuple(values: tuple, fields: Fields, component: str, task: int, stream: 
     tup.source_component = component
     tup.source_task = task
     tup.source_stream = stream
-    tup.root, tup.edge, tup.trees = root, edge, None
+    tup.root = root  # one assignment each: a tuple assignment would make Python integers of the C ones
+    tup.edge = edge
+    tup.trees = None
     tup.id = 0
     return tup

@@ -41,40 +41,43 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 
 
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
-OPEN_ROWS_START = 256  # rows an open batch has room for at first
 
 
 @cython.cclass
 class _Open:
-    """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup. Its
-    rows' roots are C integers in a buffer that doubles as needed, until the batch is sealed (``roots``)."""
+    """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup. With
+    acking, its rows' roots are C integers in a buffer that doubles as needed, until the batch is sealed."""
 
     batch = cython.declare(object, visibility="readonly")
     streams = cython.declare(list)
     values = cython.declare(list)
+    _tracked = cython.declare(cython.bint)
     _root_array = cython.declare(object)
     _root_view = cython.declare(cython.ulonglong[::1])
 
-    def __init__(self, batch: Batch) -> None:
+    def __init__(self, batch: Batch, tracked: bool) -> None:
         self.batch = batch
         self.streams, self.values = batch.streams, batch.values
-        self._root_array = self._root_view = np.empty(OPEN_ROWS_START, np.uint64)
+        self._tracked = tracked
+        if tracked:
+            self._root_array = self._root_view = np.empty(CHUNK_ROWS, np.uint64)
 
     @cython.cfunc
     @cython.locals(root=cython.ulonglong, rows=cython.Py_ssize_t)
     def add(self, stream: str, values: tuple, root: int) -> cython.void:
         """A row in tree ``root`` (0: in none, or in the batch's ``trees``)."""
-        rows = len(self.values)
-        if rows == self._root_view.shape[0]:
-            grown = np.empty(2 * rows, np.uint64)
-            grown[:rows] = self._root_array
-            self._root_array = self._root_view = grown
-        self._root_view[rows] = root
+        if self._tracked:
+            rows = len(self.values)
+            if rows == self._root_view.shape[0]:  # a batch that is not shipped at CHUNK_ROWS
+                grown = np.empty(2 * rows, np.uint64)
+                grown[:rows] = self._root_array
+                self._root_array = self._root_view = grown
+            self._root_view[rows] = root
         self.streams.append(stream)
         self.values.append(values)
 
     def roots(self) -> np.ndarray:
-        """The rows' roots, as uint64."""
+        """The rows' roots, as uint64 (with acking)."""
         return self._root_array[: len(self.values)]
 
 
@@ -206,7 +209,7 @@ class OutputCollector:
         rows = self.outbox.get(task)
         if rows is None:
             batch = Batch(self.generation, self.wave, self._task, self._component, self._task, task)
-            rows = self.outbox[task] = _Open(batch)
+            rows = self.outbox[task] = _Open(batch, self._acking)
         return rows
 
     def _full(self, rows: _Open) -> None:
@@ -256,7 +259,7 @@ class OutputCollector:
         self._emitted += 1
         return [task for _, task in targets]
 
-    @cython.locals(root=cython.ulonglong, columns=_Open)
+    @cython.locals(root=cython.ulonglong, columns=_Open, parent=Tuple)
     def emit(
         self,
         values: Sequence[Any],
@@ -277,10 +280,13 @@ class OutputCollector:
         target = pick if type(pick) is int else pick(values)
         root = 0
         if anchors is not None and self._acking:
-            parent = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
-            if parent is None or parent.trees:
+            sole = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
+            if sole is None:
                 return self._send([("", target)], stream, values, anchors)
-            root = cython.cast(Tuple, parent).root  # the row's edge is drawn when its batch is sealed
+            parent = cython.cast(Tuple, sole)
+            if parent.trees:
+                return self._send([("", target)], stream, values, anchors)
+            root = parent.root  # the row's edge is drawn when its batch is sealed
         rows = self.outbox.get(target)
         if rows is None:
             rows = self._open(target)
