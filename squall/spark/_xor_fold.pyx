@@ -1,22 +1,27 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """``AckBatch.reduce``'s common case in C: ack rows XOR-folded per root, the roots in order of first appearance.
 
-An open-addressing table maps each root to its place in the output; it starts small and doubles when half full,
-so its size follows the distinct roots, not the rows (a wave has one distinct root for every few dozen rows): it
-stays in the CPU's cache, and nothing the size of the rows is allocated and zeroed.
+An open-addressing table maps each root to its place in the output. It has twice as many slots as rows, at most
+``CAP_BITS`` at first, and doubles when half full. The last table used is kept for the next call, with only the
+slots its call used cleared: a call of a size like the last allocates and zeroes no table.
 """
 
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 
 import numpy as np
 
 cdef unsigned long long GOLDEN = 0x9E3779B97F4A7C15ULL  # Fibonacci hashing: root ids need not be random
-cdef int FIRST_BITS = 10  # 1,024 slots at first
+cdef int FIRST_BITS = 10  # 1,024 slots at least
+cdef int CAP_BITS = 16  # 65,536 slots (1 MiB) at most at first; a table grows past it only for the roots
 
 
 cdef struct Slot:
     unsigned long long key  # 0: empty
     Py_ssize_t index  # the root's place in the output
+
+
+cdef Slot* _kept = NULL  # the last call's table, cleared, for the next
+cdef int _kept_bits = 0
 
 
 cdef inline Py_ssize_t _find(Slot* table, int bits, unsigned long long key) noexcept nogil:
@@ -27,31 +32,44 @@ cdef inline Py_ssize_t _find(Slot* table, int bits, unsigned long long key) noex
     return slot
 
 
-cdef Slot* _grown(Slot* table, int bits) noexcept nogil:
-    """A table of twice the slots holding ``table``'s entries (which is freed), or NULL when out of memory."""
-    cdef Py_ssize_t size = <Py_ssize_t>1 << bits, i
+cdef Slot* _grown(Slot* table, int bits, Py_ssize_t* slots) noexcept nogil:
+    """A table of twice the slots holding ``table``'s entries (which is freed), ``slots`` updated; NULL when out
+    of memory."""
+    cdef Py_ssize_t size = <Py_ssize_t>1 << bits, i, slot
     cdef Slot* grown = <Slot*>calloc(2 * size, sizeof(Slot))
     if grown != NULL:
         for i in range(size):
             if table[i].key != 0:
-                grown[_find(grown, bits + 1, table[i].key)] = table[i]
+                slot = _find(grown, bits + 1, table[i].key)
+                grown[slot] = table[i]
+                slots[table[i].index] = slot
     free(table)
     return grown
 
 
 def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] xors):
     """``(unique roots, their XOR-folded values)`` of non-zero ``roots`` (0 marks an empty slot)."""
+    global _kept, _kept_bits
     cdef Py_ssize_t n = roots.shape[0], i, slot, unique = 0
     cdef int bits = FIRST_BITS
     cdef unsigned long long key
+    while bits < CAP_BITS and (<Py_ssize_t>1 << bits) < 2 * n:
+        bits += 1
     keys_array = np.empty(n, np.uint64)
     values_array = np.empty(n, np.uint64)
     cdef unsigned long long[::1] keys = keys_array
     cdef unsigned long long[::1] values = values_array
-    cdef Slot* table = <Slot*>calloc(<size_t>1 << bits, sizeof(Slot))
-    if table == NULL:
+    cdef Py_ssize_t* slots = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))  # each root's slot
+    if slots == NULL:
         raise MemoryError()
+    cdef Slot* table
+    if _kept != NULL and bits <= _kept_bits <= bits + 1:  # taken, so that no other call uses it meanwhile
+        table, bits, _kept = _kept, _kept_bits, NULL
+    else:
+        table = <Slot*>calloc(<size_t>1 << bits, sizeof(Slot))
     try:
+        if table == NULL:
+            raise MemoryError()
         for i in range(n):
             key = roots[i]
             slot = _find(table, bits, key)
@@ -59,13 +77,19 @@ def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] 
                 values[table[slot].index] ^= xors[i]
                 continue
             table[slot].key, table[slot].index = key, unique
+            slots[unique] = slot
             keys[unique], values[unique] = key, xors[i]
             unique += 1
             if 2 * unique > (<Py_ssize_t>1 << bits):
-                table = _grown(table, bits)
+                table = _grown(table, bits, slots)
                 if table == NULL:
                     raise MemoryError()
                 bits += 1
+        for i in range(unique):
+            table[slots[i]].key = 0
+        free(_kept)  # the last table used is kept for the next call, cleared
+        _kept, _kept_bits, table = table, bits, NULL
     finally:
         free(table)
+        free(slots)
     return keys_array[:unique].copy(), values_array[:unique].copy()
