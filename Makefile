@@ -4,9 +4,10 @@ VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 COMPILED := $(VENV)/.compiled
-HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/spark/collectors.pxd squall/spark/execution.pxd squall/model/groupings.py squall/model/hashing.py squall/model/_keyhash.pyx \
-	squall/spark/collectors.py squall/spark/_atomic.pyx squall/spark/_xor_fold.pyx \
-	squall/spark/execution.py \
+HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/model/groupings.py squall/model/hashing.py \
+	squall/model/_keyhash.pyx \
+	squall/spark/collectors.py squall/spark/collectors.pxd squall/spark/_atomic.pyx squall/spark/_xor_fold.pyx \
+	squall/spark/execution.py squall/spark/execution.pxd \
 	squall/spark/spouts.py \
 	squall/connectors/kafka/spout.py \
 	squall/connectors/kafka/offsets.py

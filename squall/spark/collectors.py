@@ -43,6 +43,13 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
 
 
+def _doubled(array: np.ndarray, used: int) -> np.ndarray:
+    """A uint64 buffer of twice ``used`` rows, holding the first ``used`` of ``array``."""
+    grown = np.empty(2 * used, np.uint64)
+    grown[:used] = array[:used]
+    return grown
+
+
 @cython.cclass
 class _Open:
     """A batch being filled, with its columns at hand: ``emit`` appends to them with no attribute lookup. With
@@ -69,9 +76,7 @@ class _Open:
         if self._tracked:
             rows = len(self.values)
             if rows == self._root_view.shape[0]:  # a batch that is not shipped at CHUNK_ROWS
-                grown = np.empty(2 * rows, np.uint64)
-                grown[:rows] = self._root_array
-                self._root_array = self._root_view = grown
+                self._root_array = self._root_view = _doubled(self._root_array, rows)
             self._root_view[rows] = root
         self.streams.append(stream)
         self.values.append(values)
@@ -259,7 +264,7 @@ class OutputCollector:
         self._emitted += 1
         return [task for _, task in targets]
 
-    @cython.locals(root=cython.ulonglong, columns=_Open, parent=Tuple)
+    @cython.locals(root=cython.ulonglong, columns=_Open)
     def emit(
         self,
         values: Sequence[Any],
@@ -281,12 +286,9 @@ class OutputCollector:
         root = 0
         if anchors is not None and self._acking:
             sole = anchors if type(anchors) is Tuple else _sole_anchor(anchors)
-            if sole is None:
+            if sole is None or cython.cast(Tuple, sole).trees:
                 return self._send([("", target)], stream, values, anchors)
-            parent = cython.cast(Tuple, sole)
-            if parent.trees:
-                return self._send([("", target)], stream, values, anchors)
-            root = parent.root  # the row's edge is drawn when its batch is sealed
+            root = cython.cast(Tuple, sole).root  # the row's edge is drawn when its batch is sealed
         rows = self.outbox.get(target)
         if rows is None:
             rows = self._open(target)
@@ -334,10 +336,8 @@ class OutputCollector:
 
     def _grow_acked(self) -> None:
         count = self._acked_count
-        roots, edges = np.empty(2 * count, np.uint64), np.empty(2 * count, np.uint64)
-        roots[:count], edges[:count] = self._acked_root_array[:count], self._acked_edge_array[:count]
-        self._acked_root_array = self._acked_root_view = roots
-        self._acked_edge_array = self._acked_edge_view = edges
+        self._acked_root_array = self._acked_root_view = _doubled(self._acked_root_array, count)
+        self._acked_edge_array = self._acked_edge_view = _doubled(self._acked_edge_array, count)
 
     def ack_batch(self, batch: Batch, failed: list[int]) -> None:
         """A basic bolt executed every row of ``batch``: each is acked but the ``failed`` ones (row indexes)."""

@@ -56,13 +56,13 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
     if sealed and cython.compiled:  # read in place: a row's root and edge are never Python integers
         root_view = np.ascontiguousarray(batch.roots, np.uint64)
         edge_view = np.ascontiguousarray(batch.edges, np.uint64)
-        columns, size = len(root_view) == len(edge_view), len(root_view)
+        root_count, edge_count = len(root_view), len(edge_view)
     else:
         roots, edges = batch.roots, batch.edges
         if sealed:  # run as plain Python
             roots, edges, sealed = roots.tolist(), edges.tolist(), False
-        columns, size = len(roots) == len(edges), len(roots)
-    if not (columns and len(streams) == size == n):
+        root_count, edge_count = len(roots), len(edges)
+    if not len(streams) == root_count == edge_count == n:
         raise ValueError(f"a batch from {component!r} has columns of different lengths")
     for i in range(n):
         stream = streams[i]
