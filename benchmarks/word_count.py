@@ -387,15 +387,15 @@ def vocabulary(sc, count: int, words: int) -> None:
     small_secs, large_secs = min(r[0] for r in runs), min(r[1] for r in runs)  # each at its best, as above
     print(f"squall_vocabulary_1k_words_per_second={words / small_secs:.0f}")
     print(f"squall_vocabulary_1m_words_per_second={words / large_secs:.0f}")
-    print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
+    print(f"squall_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.3f}")
     # Where the difference goes: the count bolt's own two dictionary lines, timed inside it in one more run of each.
     small_ns, large_ns = count_dict_ns_per_word(small), count_dict_ns_per_word(large)
     extra = (large_ns - small_ns) * 1e-9 * words / 2  # seconds more for each of the 2 count tasks, on 2 workers
     print(f"count_bolt_dict_ns_per_word_1k={small_ns:.0f}")
     print(f"count_bolt_dict_ns_per_word_1m={large_ns:.0f}")
     print(f"count_bolt_dict_extra_seconds_per_task_1m={extra:.2f}")
-    print(f"squall_vocabulary_1m_vs_1k_bound_by_the_dict={small_secs / (small_secs + extra):.2f}")
-    print(f"squall_vocabulary_1m_vs_1k_without_the_dicts_extra={small_secs / (large_secs - extra):.2f}")
+    print(f"squall_vocabulary_1m_vs_1k_bound_by_the_dict={small_secs / (small_secs + extra):.3f}")
+    print(f"squall_vocabulary_1m_vs_1k_without_the_dicts_extra={small_secs / (large_secs - extra):.3f}")
     small_secs = min(pyspark_carrying(sc, small) for _ in range(2))
     large_secs = min(pyspark_carrying(sc, large) for _ in range(2))
     print(f"pyspark_carrying_vocabulary_1m_vs_1k_throughput={small_secs / large_secs:.2f}")
@@ -463,10 +463,10 @@ def main() -> None:
     pair_ratios = sorted(acked[0] / unacked[0] for acked, unacked in runs)
     print(f"squall_acked_default_words_per_second={words / default_secs:.0f}")
     print(f"squall_acked_default_waves={default_waves}")
-    print(f"squall_acked_default_time_vs_pyspark_carrying={default_secs / carrying:.2f}")
+    print(f"squall_acked_default_time_vs_pyspark_carrying={default_secs / carrying:.3f}")
     print(f"squall_unacked_default_words_per_second={words / unacked_secs:.0f}")
-    print(f"squall_acking_on_vs_off_pair_ratios={','.join(f'{r:.2f}' for r in pair_ratios)}")
-    print(f"squall_acking_on_vs_off_time_ratio={pair_ratios[1]:.2f}")
+    print(f"squall_acking_on_vs_off_pair_ratios={','.join(f'{r:.3f}' for r in pair_ratios)}")
+    print(f"squall_acking_on_vs_off_time_ratio={pair_ratios[1]:.3f}")
 
     best = default_secs
     for batch in (int(b) for b in args.tuned.split(",") if b):
