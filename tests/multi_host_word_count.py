@@ -4,13 +4,28 @@ the words it held only then."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 
 from squall import BasicBolt, Bolt, Fields, TopologyBuilder
 from squall.connectors import QueueSpout
 
 NAME = "multi-host-words"
 CONF = {"topology.max.spout.pending": 4000, "topology.message.timeout.secs": 30}
+
+
+class HostRecordingQueueSpout(QueueSpout):
+    """The embedded queue's spout, recording in the counts database where each of its tasks opens: the host's
+    address, as its Spark worker was started with it (``SPARK_LOCAL_IP``), and when."""
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        with sqlite3.connect(conf["test.counts"], timeout=60) as db:
+            db.execute(
+                "INSERT INTO spout_opens (task_index, host, opened_at) VALUES (?, ?, ?)",
+                (context.task_index, os.environ.get("SPARK_LOCAL_IP", ""), time.time()),
+            )
 
 
 class Split(BasicBolt):
@@ -64,8 +79,9 @@ def build_topology(conf):
     with sqlite3.connect(db_path, timeout=60) as db:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE IF NOT EXISTS word_counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL)")
+        db.execute("CREATE TABLE IF NOT EXISTS spout_opens (task_index INTEGER, host TEXT, opened_at REAL)")
     builder = TopologyBuilder()
-    builder.set_spout("sentences", QueueSpout(conf["test.queue"], "sentences", fields=["sentence"]), 3)
+    builder.set_spout("sentences", HostRecordingQueueSpout(conf["test.queue"], "sentences", fields=["sentence"]), 3)
     builder.set_bolt("split", Split(), 3).shuffle_grouping("sentences")
     builder.set_bolt("count", CountToSqlite(db_path), 3).fields_grouping("split", Fields("word")).add_configuration(
         "topology.tick.tuple.freq.secs", 1

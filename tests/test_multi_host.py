@@ -61,6 +61,7 @@ def test_word_count_on_five_hosts_keeps_tuples_off_the_driver_and_survives_losin
         args += ["--conf", f"test.queue={queue_path}", "--conf", f"test.counts={counts_path}"]
         args += ["--conf", f"squall.checkpoint.dir={tmp_path / 'checkpoints'}"]
         args += ["--conf", "squall.worker.replace.timeout.secs=5"]
+        host_of_address = {hosts.ip(name): name for name in ["driver", "master", *WORKER_HOSTS]}
         before = {name: hosts.bytes(name) for name in ["driver", *WORKER_HOSTS]}
         started = time.monotonic()
         log = tmp_path / "driver.log"
@@ -83,7 +84,7 @@ def test_word_count_on_five_hosts_keeps_tuples_off_the_driver_and_survives_losin
         wait_for(lambda: acked() >= SENTENCES // 4, "a quarter of the sentences acked", timeout=300, process=driver)
         acked_at_kill = acked()
         killed = hosts.kill_all("worker1")  # the Spark worker, its executor and its Python workers
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         wait_for(lambda: acked() == SENTENCES, "every sentence acked", timeout=600, process=driver)
         last_acked = {name: hosts.bytes(name) for name in before}
         running_until = time.monotonic()
@@ -100,6 +101,18 @@ def test_word_count_on_five_hosts_keeps_tuples_off_the_driver_and_survives_losin
     output = log.read_text()
     assert driver.returncode == 0, output[-5000:]
     assert "running on 2 worker(s)" in output  # the lost host's tasks went to the other two
+    assert killed > 0
+
+    # The spout's three tasks opened on the three worker hosts, one each; after the loss, on the two left.
+    with sqlite3.connect(counts_path) as db:
+        opens = db.execute("SELECT task_index, host, opened_at FROM spout_opens ORDER BY opened_at").fetchall()
+    first_opens: dict[int, str] = {}
+    for index, host, at in opens:
+        if at < killed_wall:
+            first_opens.setdefault(index, host_of_address.get(host, host))
+    assert sorted(first_opens) == [0, 1, 2] and sorted(first_opens.values()) == WORKER_HOSTS
+    reopened = {index: host_of_address.get(host, host) for index, host, at in opens if at >= killed_wall}
+    assert sorted(reopened) == [0, 1, 2] and set(reopened.values()) <= {"worker0", "worker2"}
 
     assert queue_counts(queue_path) == {"ready": 0, "pending": 0, "dead": 0}  # every sentence acked
     exact = Counter(word for sentence in sentences for word in sentence.split(" "))
@@ -118,6 +131,7 @@ def test_word_count_on_five_hosts_keeps_tuples_off_the_driver_and_survives_losin
         f"\nmulti-host: hosts=5 sentences={SENTENCES} words={sum(exact.values())} spout_tasks=3"
         f" running_secs={running_until - running_from:.0f} driver_host_bytes={driver_bytes}"
         f" worker_hosts_bytes={worker_bytes} driver_share={running_share:.2%}"
+        f" spout_hosts_before={sorted(set(first_opens.values()))} spout_hosts_after={sorted(set(reopened.values()))}"
         f" whole_run_secs={finished - started:.0f} whole_run_driver_host_bytes={whole_driver}"
         f" whole_run_worker_hosts_bytes={whole_workers} whole_run_driver_share={whole_share:.2%}"
         f" acked_at_kill={acked_at_kill} processes_killed={killed} killed_after={killed_at - started:.0f}s"
