@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -20,6 +21,9 @@ from squall.ui.client import UIClient
 ROOT = Path(__file__).parent.parent
 SENTENCES = 20_000
 FEWEST_WORDS = 6  # the example's shortest sentence
+# A kill returns within its wait, plus the time to stop the workers and, for the driver's exit, Spark itself; a
+# bound that a kill stuck on its run's thread (30 s, then closed anyway) or on a Spark job would overrun.
+STOP_SECS = 15
 
 
 def queue_counts(path: Path) -> dict[str, int]:
@@ -71,8 +75,11 @@ def test_kill_wait_leaves_every_sentence_acked_or_queued_and_the_driver_exits_0(
         cli("activate", "word-count", "--url", url)
         until(lambda: client.topology("word-count")["spouts"][0]["emitted"] > emitted, driver, "emits again")
 
+        started = time.monotonic()
         assert "killed word-count" in cli("kill", "word-count", "--wait", "10", "--url", url)
+        kill_returned = time.monotonic() - started
         assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
+        driver_exited = time.monotonic() - started
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -83,6 +90,8 @@ def test_kill_wait_leaves_every_sentence_acked_or_queued_and_the_driver_exits_0(
     with sqlite3.connect(data / "word_counts.sqlite") as db:
         (counted,) = db.execute("SELECT sum(count) FROM word_counts").fetchone()
     assert counted >= acked * FEWEST_WORDS  # every acked sentence's words were stored before its ack
+    print(f"\nsquall kill --wait 10 returned in {kill_returned:.1f}s, the driver exited in {driver_exited:.1f}s")
+    assert kill_returned <= 10 + STOP_SECS and driver_exited <= 10 + STOP_SECS
 
 
 def test_ctrl_c_stops_squall_run_as_kill_wait_does(tmp_path):
@@ -95,8 +104,10 @@ def test_ctrl_c_stops_squall_run_as_kill_wait_does(tmp_path):
     try:
         queue = data / "sentences.sqlite"
         until(lambda: queue.exists() and 0 < queue_counts(queue)["ready"] < SENTENCES - 1000, driver, "progress")
+        started = time.monotonic()
         driver.send_signal(signal.SIGINT)
         assert driver.wait(timeout=120) == 0, log.read_text()[-3000:]
+        exited = time.monotonic() - started
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -104,3 +115,5 @@ def test_ctrl_c_stops_squall_run_as_kill_wait_does(tmp_path):
     assert "interrupted: stopping, pending trees get up to 10s" in output and "web UI at" not in output
     left = queue_counts(data / "sentences.sqlite")
     assert left["pending"] == 0 and left["dead"] == 0 and 0 < left["ready"] < SENTENCES
+    print(f"\nCtrl-C with --kill-wait 10: the driver exited in {exited:.1f}s")
+    assert exited <= 10 + STOP_SECS
