@@ -8,7 +8,10 @@ since from the logs, so no count falls below exact, and the source redelivers wh
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
+import re
 import sqlite3
 import time
 from collections import Counter
@@ -193,3 +196,44 @@ def test_without_max_spout_pending_only_the_interval_makes_a_snapshot_wave_due()
     timer.sent(0.0, 0)
     timer.emitted(1, {7: 1_000_000})
     assert not timer.due(0.99) and timer.due(1.0)
+
+
+DISTINCT = 100_000
+
+
+class DistinctWords(Spout):
+    """Emits ``DISTINCT`` different words once each, msg id = their number: a count bolt's dict grows to hold
+    them all."""
+
+    outputs = ("word",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        if self.next < DISTINCT:
+            self.collector.emit([f"word-{self.next:06d}"], msg_id=self.next)
+            self.next += 1
+
+
+def test_a_plain_bolts_state_is_written_by_its_worker_and_never_sent_to_the_driver(spark, caplog):
+    b = TopologyBuilder()
+    b.set_spout("words", DistinctWords())
+    b.set_bolt("count", Count(), 2).fields_grouping("words", ["word"])
+    conf = {"squall.snapshot.interval.ms": 100, "squall.wave.spout.batch": 2000}  # many waves, many snapshots
+    caplog.set_level(logging.INFO, logger="squall")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("distinct", conf, b.build())
+        deadline = time.monotonic() + 240
+        while run.stats.of("words").acked < DISTINCT and time.monotonic() < deadline and not cluster.failures:
+            time.sleep(0.1)
+        assert not cluster.failures
+        assert run.stats.of("words").acked == DISTINCT and run.stats.of("count").executed == DISTINCT
+        waves = run.stats.waves
+    carried = [int(m) for m in re.findall(r"the hub carried (\d+) bytes from the workers", caplog.text)]
+    assert len(carried) == 1, caplog.text[-3000:]
+    # The count tasks' dicts end holding every word: one copy of them, pickled, is more than the driver got in all
+    # (the workers' reports: counters, acks settled on the workers, latencies), over tens of waves.
+    state_bytes = len(pickle.dumps({f"word-{i:06d}": 1 for i in range(DISTINCT)}, pickle.HIGHEST_PROTOCOL))
+    print(f"\nwaves={waves} hub_bytes_from_workers={carried[0]} one_copy_of_the_state={state_bytes}")
+    assert waves >= 20 and carried[0] < state_bytes / 2
