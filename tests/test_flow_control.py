@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder
+from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 
 SPOUT_BATCH = 50
 MAX_INFLIGHT = 2
@@ -79,3 +79,50 @@ def test_a_slow_bolt_holds_its_spout_to_the_wave_window(tmp_path):
 
     assert max(waiting) <= WINDOW, f"up to {max(waiting)} tuples emitted and not executed; the window is {WINDOW}"
     assert max(waiting) > 0  # the spout did run ahead of the bolt, as far as the window lets it
+
+
+class Counting(Spout):
+    """Emits numbers for as long as it is asked, each with a msg id."""
+
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+
+    def next_tuple(self):
+        self.n += 1
+        self.collector.emit([self.n], msg_id=self.n)
+
+
+class HoldEverything(Bolt):
+    """Keeps every tuple and acks none: every tree stays pending."""
+
+    outputs = ()
+
+    def prepare(self, conf, context, collector):
+        self.held = []
+
+    def execute(self, tup):
+        self.held.append(tup)
+
+
+def test_max_spout_pending_holds_for_each_spout_task_on_its_worker(spark):
+    """Two spout tasks, on two workers, each stop at ``topology.max.spout.pending`` trees of their own."""
+    pending = 40
+    b = TopologyBuilder()
+    b.set_spout("numbers", Counting(), 2)
+    b.set_bolt("hold", HoldEverything(), 2).shuffle_grouping("numbers")
+    topology = b.build()
+    conf = {"topology.max.spout.pending": pending, "topology.message.timeout.secs": 600}
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("pending-per-task", conf, topology)
+        deadline = time.monotonic() + 120
+        while run.stats.of("hold").executed < 2 * pending and time.monotonic() < deadline and not cluster.failures:
+            time.sleep(0.05)
+        waves = run.stats.waves
+        while run.stats.waves < waves + 10 and time.monotonic() < deadline:  # more waves: no task emits more
+            time.sleep(0.05)
+        assert not cluster.failures
+        per_task = [run.stats.of_task("numbers", task).emitted for task in topology.task_ids("numbers")]
+        assert per_task == [pending, pending] and run.stats.of("hold").executed == 2 * pending
+        assert run.stats.of("numbers").acked == 0 and run.stats.of("numbers").failed == 0
