@@ -40,6 +40,8 @@ class Numbered(Spout):
             db.execute("CREATE TABLE IF NOT EXISTS failed (id INTEGER)")
 
     def open(self, conf, context, collector):
+        with open(self.path + ".pids", "a") as pids:  # where it runs: a bolt in the same process may end it
+            pids.write(f"{os.getpid()}\n")
         self.collector, self.db = collector, sqlite3.connect(self.path)
         acked = {i for (i,) in self.db.execute("SELECT id FROM acked")}
         self.queue = [i for i in range(MESSAGES) if i not in acked]
@@ -60,15 +62,17 @@ class Numbered(Spout):
 
 
 class CrashOnce(BasicBolt):
-    """Kills its Python worker when message ``CRASH_AT`` first reaches it (once per marker file)."""
+    """Kills its Python worker, the one that hosts the spout task, at the first message from ``CRASH_AT`` on that
+    reaches it there (once per marker file): the spout task, its acker and a bolt task of each kind go with it."""
 
     outputs = ("word",)
 
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
+    def __init__(self, marker: str, spout_pids: str) -> None:
+        self.marker, self.spout_pids = marker, spout_pids
 
     def execute(self, tup, collector):
-        if tup["id"] == CRASH_AT and not Path(self.marker).exists():
+        crash = tup["id"] >= CRASH_AT and not Path(self.marker).exists()
+        if crash and Path(self.spout_pids).read_text().split() == [str(os.getpid())]:
             Path(self.marker).write_text("crashed")
             os._exit(1)
         collector.emit([tup["word"]])
@@ -112,11 +116,13 @@ def acked_ids(source: str) -> list[int]:
         return [i for (i,) in db.execute("SELECT id FROM acked")]
 
 
-def test_a_python_worker_killed_mid_run_leaves_no_count_below_exact_and_every_message_acked_once(spark, tmp_path):
+def test_the_spout_tasks_worker_killed_mid_run_leaves_no_count_below_exact_and_every_message_acked_once(
+    spark, tmp_path
+):
     source, sink = str(tmp_path / "source.sqlite"), str(tmp_path / "sink.sqlite")
     b = TopologyBuilder()
     b.set_spout("numbers", Numbered(source))
-    b.set_bolt("crash", CrashOnce(str(tmp_path / "crashed")), 2).shuffle_grouping("numbers")
+    b.set_bolt("crash", CrashOnce(str(tmp_path / "crashed"), source + ".pids"), 2).shuffle_grouping("numbers")
     b.set_bolt("count", Count(), 2).fields_grouping("crash", ["word"])
     b.set_bolt("sink", Sink(sink), 2).shuffle_grouping("count")
     conf = {"squall.snapshot.interval.ms": 100, "topology.max.spout.pending": 200}
@@ -132,13 +138,15 @@ def test_a_python_worker_killed_mid_run_leaves_no_count_below_exact_and_every_me
 
     acked = acked_ids(source)
     assert sorted(acked) == list(range(MESSAGES))  # every message acked, none twice
+    opened_in = Path(source + ".pids").read_text().split()
+    assert len(opened_in) == 2 and opened_in[0] != opened_in[1]  # the spout task, lost with its worker, reopened
     with closing(sqlite3.connect(sink)) as db:
         counted = dict(db.execute("SELECT word, MAX(count) FROM counts GROUP BY word").fetchall())
     exact = Counter(WORDS)
     below = {w: (counted.get(w, 0), n) for w, n in exact.items() if counted.get(w, 0) < n}
     assert below == {}, f"counts below exact after the worker loss: {below}"
     print(
-        f"\nworker killed at message {CRASH_AT}: restarts={run.stats.restarts} words over exact="
+        f"\nthe spout task's worker killed from message {CRASH_AT} on: restarts={run.stats.restarts} words over exact="
         f"{sum(counted[w] - n for w, n in exact.items())}"
     )
 
