@@ -126,3 +126,64 @@ def test_max_spout_pending_holds_for_each_spout_task_on_its_worker(spark):
         per_task = [run.stats.of_task("numbers", task).emitted for task in topology.task_ids("numbers")]
         assert per_task == [pending, pending] and run.stats.of("hold").executed == 2 * pending
         assert run.stats.of("numbers").acked == 0 and run.stats.of("numbers").failed == 0
+
+
+FANNED_OUT = 1200  # spout tuples, each fanned out to FAN_OUT tuples of BLOB bytes
+FAN_OUT, BLOB = 100, 1000
+INBOX_BOUND = 1_000_000
+
+
+class Finite(Spout):
+    """Emits ``FANNED_OUT`` numbers, each with a msg id."""
+
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.n = collector, 0
+
+    def next_tuple(self):
+        if self.n < FANNED_OUT:
+            self.collector.emit([self.n], msg_id=self.n)
+            self.n += 1
+
+
+class FanOut(BasicBolt):
+    """Each input becomes ``FAN_OUT`` tuples of ``BLOB`` bytes: 100 KB for each spout call."""
+
+    outputs = ("n", "blob")
+
+    def execute(self, tup, collector):
+        for i in range(FAN_OUT):
+            collector.emit([tup["n"], str(i % 10) * BLOB])
+
+
+class Drop(BasicBolt):
+    outputs = ()
+
+    def execute(self, tup, collector):
+        pass
+
+
+def test_a_bolt_that_fans_out_gets_waves_small_enough_for_the_inboxes_bound(spark):
+    """What waits in a worker's inbox stays under ``squall.worker.inbox.max.bytes`` once the waves have sized
+    themselves to what each spout call brings (the first waves, of 64 calls, hold several times the bound)."""
+    b = TopologyBuilder()
+    b.set_spout("numbers", Finite())
+    b.set_bolt("fan", FanOut(), 2).shuffle_grouping("numbers")
+    b.set_bolt("drop", Drop(), 2).shuffle_grouping("fan")
+    conf = {"squall.worker.inbox.max.bytes": INBOX_BOUND, "topology.disable.loadaware.messaging": True}
+    peaks: dict[int, int] = {}  # wave -> the most a worker's inbox held while it ran, as the run's stats say
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("fan-out", conf, b.build())
+        deadline = time.monotonic() + 240
+        while run.stats.of("numbers").acked < FANNED_OUT and time.monotonic() < deadline and not cluster.failures:
+            peaks[run.stats.waves] = run.stats.inbox_peak_bytes
+            time.sleep(0.005)
+        assert not cluster.failures
+        assert run.stats.of("numbers").acked == FANNED_OUT and run.stats.of("numbers").failed == 0
+        assert run.stats.of("drop").executed == FANNED_OUT * FAN_OUT
+    early = max(peak for wave, peak in peaks.items() if wave <= 3)
+    settled = [peak for wave, peak in peaks.items() if wave > 10]
+    print(f"\ninbox peaks: first waves {early} bytes, from the 11th on at most {max(settled)} (bound {INBOX_BOUND})")
+    assert early > INBOX_BOUND  # without the bound, the waves would have held this and more
+    assert len(settled) > 10 and max(settled) <= INBOX_BOUND

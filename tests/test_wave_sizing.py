@@ -1,19 +1,20 @@
 """How waves size themselves: toward the target time at the rate the last waves ran, growing only after full
-waves and at most fourfold, shrinking after long ones and at most by half, never past the cap."""
+waves and at most fourfold, shrinking after long ones and at most by half, never past the cap, and small enough
+that the workers' inboxes stay under ``squall.worker.inbox.max.bytes``."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from squall.spark.sizing import INITIAL_CALLS, WaveSizer
+from squall.spark.sizing import BUFFER_HEADROOM, BYTES_WINDOW, INITIAL_CALLS, WaveSizer
 
 TARGET = 0.2
 
 
-def complete(sizer: WaveSizer, wave: int, emits: int, seconds: float) -> int:
+def complete(sizer: WaveSizer, wave: int, emits: int, seconds: float, inbox_peak: int = 0) -> int:
     sizer.sent(wave, emits)
-    sizer.completed(wave, seconds)
+    sizer.completed(wave, seconds, inbox_peak)
     return sizer.calls_per_spout_task()
 
 
@@ -84,3 +85,42 @@ def test_each_wave_moves_the_size_within_its_bounds(waves, cap):
             assert before <= after <= max(before, min(cap, 4 * before))
         else:
             assert after == before
+
+
+def test_a_wave_whose_inboxes_held_too_much_shrinks_the_next_to_fit_the_bound():
+    """A bolt that emits a megabyte for each spout call: two waves of 64 calls in flight held 128 MB, against a
+    bound of 16 MB; the next waves get 80% of 16 MB's worth, 6 calls (two in flight: 12 MB)."""
+    sizer = WaveSizer(TARGET, 20_000, inbox_max_bytes=16_000_000)
+    assert complete(sizer, 1, 64, 0.001, inbox_peak=2 * 64 * 1_000_000) == 6
+    assert complete(sizer, 2, 6, 0.001, inbox_peak=2 * 6 * 1_000_000) == 6  # full and quick: no growth past it
+    # Calls that bring half as much: the most a call brought in the last waves still holds it, then it grows.
+    sizes = [complete(sizer, wave, 6, 0.001, inbox_peak=2 * 6 * 500_000) for wave in range(3, 3 + BYTES_WINDOW)]
+    assert sizes == [6] * (BYTES_WINDOW - 1) + [12]  # the first two waves out of the window: 12
+
+
+def test_under_the_bound_the_inboxes_do_not_change_the_size():
+    sizer, bounded = WaveSizer(TARGET, 20_000), WaveSizer(TARGET, 20_000, inbox_max_bytes=10**9)
+    for wave in range(1, 8):
+        emits = sizer.calls_per_spout_task()
+        assert complete(sizer, wave, emits, 0.05) == complete(bounded, wave, emits, 0.05, inbox_peak=emits * 100)
+
+
+def test_one_spout_call_is_the_least_a_wave_gets():
+    sizer = WaveSizer(TARGET, 20_000, inbox_max_bytes=1_000_000)
+    assert complete(sizer, 1, 64, 0.001, inbox_peak=10**12) == 1
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=5_000_000), min_size=1, max_size=30),
+    st.integers(min_value=1024, max_value=10**9),
+    st.integers(min_value=1, max_value=30_000),
+)
+def test_waves_size_so_that_inboxes_that_scale_with_them_stay_under_the_bound(bytes_per_call, bound, cap):
+    """Whatever each spout call brings to the inboxes (two waves in flight), the size after a wave is such that
+    two waves of it at that wave's bytes a call fit in the bound's headroom, unless it is a single call."""
+    sizer = WaveSizer(TARGET, cap, inbox_max_bytes=bound)
+    for wave, per_call in enumerate(bytes_per_call, 1):
+        size = sizer.calls_per_spout_task()
+        after = complete(sizer, wave, size, 0.001, inbox_peak=2 * size * per_call)
+        assert 1 <= after <= max(1, cap)
+        assert after == 1 or 2 * after * per_call <= bound * BUFFER_HEADROOM

@@ -116,7 +116,11 @@ class TopologyRun:
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         self._warned_unpicklable: set[str] = set()
         self.max_inflight: int = self.conf[cfg.SQUALL_WAVE_MAX_INFLIGHT]
-        self.sizer = WaveSizer(self.conf[cfg.SQUALL_WAVE_TARGET_MS] / 1000.0, self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH])
+        self.sizer = WaveSizer(
+            self.conf[cfg.SQUALL_WAVE_TARGET_MS] / 1000.0,
+            self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH],
+            inbox_max_bytes=self.conf[cfg.SQUALL_WORKER_INBOX_MAX_BYTES],
+        )
         self.state_checkpoints = self._state_checkpoints()
         # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
         restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}
@@ -353,7 +357,8 @@ class TopologyRun:
             if self.spouts_on_workers:
                 self.sizer.sent(wave.wave, wave.spout_emits)
                 self._apply_spouts(wave)
-            self.sizer.completed(wave.wave, wave.seconds)
+            self.sizer.completed(wave.wave, wave.seconds, wave.inbox_peak_bytes)
+            self.stats.inbox_peak_bytes = wave.inbox_peak_bytes
             self._space_snapshots(wave)
             for (component, task), status in wave.status.items():
                 self.stats.of(component).add(status)

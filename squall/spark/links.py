@@ -39,13 +39,22 @@ class Inbox:
         self._queue: queue.SimpleQueue[tuple[Any, int]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.buffered = 0
+        self._peak = 0  # the most ``buffered`` reached since ``take_peak``
 
     def put(self, message: Any, size: int = 0) -> None:
         """``message``, which came in a frame of ``size`` bytes."""
         if size:
             with self._lock:
                 self.buffered += size
+                if self.buffered > self._peak:
+                    self._peak = self.buffered
         self._queue.put((message, size))
+
+    def take_peak(self) -> int:
+        """The most bytes held at once since the last call (or since the start)."""
+        with self._lock:
+            peak, self._peak = self._peak, self.buffered
+        return peak
 
     def get(self) -> Any:
         message, size = self._queue.get()

@@ -405,6 +405,7 @@ class WorkerReport:
     worker: int = -1
     cpu_seconds: float = 0.0  # the worker process's CPU time when it sent this: the driver reads its load
     buffered_bytes: int = 0  # received and not yet handled, and sent to peers and not yet acknowledged by them
+    inbox_peak_bytes: int = 0  # the most its inbox held at once since its report before
 
 
 @wire

@@ -111,6 +111,7 @@ class CompletedWave:
     holds_acks: bool = False  # stateful tasks sent acks that wait for a checkpoint at their ackers
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
     state_parts: dict[int, tuple[int, bool]] = field(default_factory=dict)  # stateful task -> part it wrote
+    inbox_peak_bytes: int = 0  # the most any worker's inbox held at once while it ran
 
 
 def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, spouts_on_workers: bool = False) -> int:
@@ -206,6 +207,7 @@ class WaveScheduler:
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
         self.link_buffers: dict[int, int] = {}  # worker -> bytes its links held, as of its last report
+        self.inbox_peaks: dict[int, int] = {}  # wave -> the most a worker's inbox held while it ran
         self.dropped_checkpoints: list[int] = []  # checkpoint waves dropped by a restart: they will not complete
         # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
         self.on_message: Callable[[Any], None] | None = None
@@ -412,6 +414,9 @@ class WaveScheduler:
                 if self.balancer is not None:
                     self.balancer.observe(message.worker, message.cpu_seconds, time.monotonic())
                 self.link_buffers[message.worker] = message.buffered_bytes
+                if message.reports:
+                    wave = message.reports[0].wave
+                    self.inbox_peaks[wave] = max(self.inbox_peaks.get(wave, 0), message.inbox_peak_bytes)
                 for report in message.reports:
                     if isinstance(report, TaskReport):
                         self._report(report, done)
@@ -644,6 +649,9 @@ class WaveScheduler:
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
+        inbox_peak = self.inbox_peaks.pop(flight.wave, 0)
+        for earlier in [w for w in self.inbox_peaks if w < flight.wave]:  # of waves that ran again
+            del self.inbox_peaks[earlier]
         status, captured, acks, held, deltas, applying, parts = {}, {}, [], [], {}, 0.0, {}
         holds_acks = False
         for task, report in flight.reports.items():
@@ -700,6 +708,7 @@ class WaveScheduler:
             holds_acks,
             ackers,
             parts,
+            inbox_peak,
         )
 
     def snapshot_due(self) -> bool:

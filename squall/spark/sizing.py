@@ -8,7 +8,14 @@ keeps small, quick waves, and never exceeds ``squall.wave.spout.batch``:
 
 - it grows only after a full wave (the spouts could give more), at most
   fourfold, as TCP's slow start grows its window;
-- it shrinks as soon as a wave runs long, at most by half.
+- it shrinks as soon as a wave runs long, at most by half;
+- it stays small enough that the workers' inboxes hold at most
+  ``BUFFER_HEADROOM`` of ``squall.worker.inbox.max.bytes``: each wave's report
+  says the most any inbox held while it ran, that over the wave's size is what
+  a spout call brought (the waves in flight with it included), and the size is
+  held to what the bound allows at the most a call brought over the last
+  ``BYTES_WINDOW`` waves. A bolt that emits many or large tuples gets smaller
+  waves, so what waits between tasks stays bounded in bytes.
 
 The rate is the emits of the last ``window`` waves over their own times. Waves
 in flight together are handled together: the first to complete carries most of
@@ -22,12 +29,16 @@ from collections import deque
 INITIAL_CALLS = 64
 MAX_GROWTH = 4.0
 MAX_SHRINK = 0.5
+BUFFER_HEADROOM = 0.8  # waves size toward this share of the inbox bound
+BYTES_WINDOW = 8  # waves whose inbox bytes a spout call brought are remembered
 
 
 class WaveSizer:
-    def __init__(self, target_secs: float, cap: int, window: int = 2) -> None:
+    def __init__(self, target_secs: float, cap: int, window: int = 2, inbox_max_bytes: int | None = None) -> None:
         self.target_secs = target_secs
         self.cap = cap
+        self.inbox_max_bytes = inbox_max_bytes
+        self._bytes_per_call: deque[float] = deque(maxlen=BYTES_WINDOW)
         self.size = min(cap, INITIAL_CALLS)
         self._emits: dict[int, int] = {}  # wave in flight -> spout emits in it
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, window))  # (emits, seconds) of the last waves
@@ -38,8 +49,17 @@ class WaveSizer:
     def sent(self, wave: int, emits: int) -> None:
         self._emits[wave] = emits
 
-    def completed(self, wave: int, seconds: float) -> None:
-        emits = self._emits.pop(wave, 0)
+    def completed(self, wave: int, seconds: float, inbox_peak_bytes: int = 0) -> None:
+        """Wave ``wave`` took ``seconds``; the workers' inboxes held at most ``inbox_peak_bytes`` meanwhile."""
+        before = self.size
+        self._resize(self._emits.pop(wave, 0), seconds)
+        if self.inbox_max_bytes and inbox_peak_bytes > 0:
+            self._bytes_per_call.append(inbox_peak_bytes / before)
+        if self._bytes_per_call:
+            fits = int(self.inbox_max_bytes * BUFFER_HEADROOM / max(self._bytes_per_call))
+            self.size = max(1, min(self.size, fits))
+
+    def _resize(self, emits: int, seconds: float) -> None:
         if seconds <= 0:
             return
         self._recent.append((emits, seconds))

@@ -125,6 +125,7 @@ class RunStats:
     spout_emits_seen: int = 0  # spout emits the driver heard of from the workers' reports
     state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
     wave_seconds: float = 0.0  # the time waves were running: each completed wave's own time, summed
+    inbox_peak_bytes: int = 0  # the most any worker's inbox held at once while the last completed wave ran
     tasks: dict[tuple[str, int], ComponentStats] = field(default_factory=dict)  # (component, task) -> its own
     errors: deque[ErrorReport] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))  # the last ones
 

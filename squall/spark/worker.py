@@ -310,7 +310,10 @@ class Worker:
         reports.append(report)
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
             buffered = self.inbox.buffered + self.links.unsent_bytes()
-            self.channel.send(WorkerReport(self.reports.pop(wave), self.index, time.process_time(), buffered))
+            report = WorkerReport(
+                self.reports.pop(wave), self.index, time.process_time(), buffered, self.inbox.take_peak()
+            )
+            self.channel.send(report)
 
     def _assign_spouts(self, message: Assign) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to

@@ -61,6 +61,7 @@ def topology_summary(name: str, run: Any, failed: bool = False) -> dict[str, Any
         "failedWaves": stats.failed_waves,
         "hubBufferedBytes": hub_bytes,
         "linkBufferedBytes": link_bytes,
+        "inboxPeakBytes": stats.inbox_peak_bytes,
         "spouts": len(run.topology.spouts),
         "bolts": len(run.topology.bolts),
         "tasks": sum(spec.parallelism for spec in run.topology.components.values()),

@@ -87,6 +87,11 @@ class TopologyCollector(Collector):
                 "Bytes the workers' links hold: received and not yet handled, or sent and not yet acknowledged",
                 labels=by_topology,
             ),
+            "inbox_peak": GaugeMetricFamily(
+                "squall_worker_inbox_peak_bytes",
+                "The most any worker's inbox held at once while the last completed wave ran",
+                labels=by_topology,
+            ),
         }
         waves = CounterMetricFamily("squall_waves", "Waves (transactional: batches) completed", labels=by_topology)
         restarts = CounterMetricFamily("squall_worker_restarts", "Times the workers restarted", labels=by_topology)
@@ -99,6 +104,7 @@ class TopologyCollector(Collector):
             hub_bytes, link_bytes = buffered_bytes(run)
             gauges["hub"].add_metric([name], hub_bytes)
             gauges["links"].add_metric([name], link_bytes)
+            gauges["inbox_peak"].add_metric([name], stats.inbox_peak_bytes)
             waves.add_metric([name], stats.waves)
             restarts.add_metric([name], stats.restarts)
             for cid, spec in topology.components.items():
