@@ -146,6 +146,26 @@ def test_queue_spout_claims_in_batches_removes_acks_together_and_gives_back_what
     spout.close()
 
 
+def test_queue_spout_emits_what_failed_before_the_newer_messages_it_had_claimed(path):
+    """After a loss a spout fails its pending messages back: they come out again before the newer ones it had
+    claimed and not emitted yet, so a replay keeps the queue's order."""
+    from squall.connectors import QueueSpout
+
+    producer = ReliableQueue(path, "q")
+    ids = producer.put_many([[i] for i in range(6)])
+    spout, collector = QueueSpout(path, "q", fields=["n"], prefetch=4), RecordingCollector()
+    spout.open({}, None, collector)
+    spout.next_tuple()
+    spout.next_tuple()  # 0 and 1 emitted; 2 and 3 claimed
+    spout.fail(ids[0])
+    spout.fail(ids[1])
+    assert producer.counts() == {"ready": 6, "pending": 0, "dead": 0}
+    for _ in range(6):
+        spout.next_tuple()
+    assert [msg_id for _, msg_id in collector.emitted] == [ids[0], ids[1], *ids]
+    spout.close()
+
+
 def test_queue_spout_refuses_a_prefetch_below_one(path):
     from squall.connectors import QueueSpout
 

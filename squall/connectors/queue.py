@@ -247,7 +247,9 @@ class QueueSpout(Spout):
     """Emits each message of a ``ReliableQueue`` with the queue's message id as its msg id.
 
     Guarantee: at-least-once. ``ack`` removes the message; ``fail`` aborts it, so
-    the queue hands it out again; if the spout's process dies, the queue puts its
+    the queue hands it out again, before the newer messages this spout had
+    claimed and not yet emitted (they go back with it): what is replayed comes
+    out in the queue's order; if the spout's process dies, the queue puts its
     pending messages back. Malformed messages (invalid JSON, the wrong number of
     fields) are reported, set aside in the queue (``dead``) and never emitted.
 
@@ -300,7 +302,11 @@ class QueueSpout(Spout):
             self._remove_acked()
 
     def fail(self, msg_id: int) -> None:
-        self._queue.abort(msg_id)
+        """Back on the queue, with what is claimed and not emitted: the queue hands out the oldest first, so the
+        failed message comes out again before newer ones (an event-time window downstream would otherwise take
+        it for a late one once the newer ones had moved its watermark on)."""
+        self._queue.abort_many([msg_id, *(message_id for message_id, _ in self._claimed)])
+        self._claimed.clear()
 
     def deactivate(self) -> None:
         """Acked messages are removed, and those claimed but not emitted go back for other consumers."""
