@@ -81,17 +81,21 @@ def test_a_slow_bolt_holds_its_spout_to_the_wave_window(tmp_path):
     assert max(waiting) > 0  # the spout did run ahead of the bolt, as far as the window lets it
 
 
-class Counting(Spout):
-    """Emits numbers for as long as it is asked, each with a msg id."""
+class Numbers(Spout):
+    """Emits 0, 1, 2, ... each with itself as msg id: ``limit`` of them, or for as long as it is asked."""
 
     outputs = ("n",)
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
 
     def open(self, conf, context, collector):
         self.collector, self.n = collector, 0
 
     def next_tuple(self):
-        self.n += 1
-        self.collector.emit([self.n], msg_id=self.n)
+        if self.limit is None or self.n < self.limit:
+            self.collector.emit([self.n], msg_id=self.n)
+            self.n += 1
 
 
 class HoldEverything(Bolt):
@@ -110,7 +114,7 @@ def test_max_spout_pending_holds_for_each_spout_task_on_its_worker(spark):
     """Two spout tasks, on two workers, each stop at ``topology.max.spout.pending`` trees of their own."""
     pending = 40
     b = TopologyBuilder()
-    b.set_spout("numbers", Counting(), 2)
+    b.set_spout("numbers", Numbers(), 2)
     b.set_bolt("hold", HoldEverything(), 2).shuffle_grouping("numbers")
     topology = b.build()
     conf = {"topology.max.spout.pending": pending, "topology.message.timeout.secs": 600}
@@ -131,20 +135,6 @@ def test_max_spout_pending_holds_for_each_spout_task_on_its_worker(spark):
 FANNED_OUT = 1200  # spout tuples, each fanned out to FAN_OUT tuples of BLOB bytes
 FAN_OUT, BLOB = 100, 1000
 INBOX_BOUND = 1_000_000
-
-
-class Finite(Spout):
-    """Emits ``FANNED_OUT`` numbers, each with a msg id."""
-
-    outputs = ("n",)
-
-    def open(self, conf, context, collector):
-        self.collector, self.n = collector, 0
-
-    def next_tuple(self):
-        if self.n < FANNED_OUT:
-            self.collector.emit([self.n], msg_id=self.n)
-            self.n += 1
 
 
 class FanOut(BasicBolt):
@@ -168,7 +158,7 @@ def test_a_bolt_that_fans_out_gets_waves_small_enough_for_the_inboxes_bound(spar
     """What waits in a worker's inbox stays under ``squall.worker.inbox.max.bytes`` once the waves have sized
     themselves to what each spout call brings (the first waves, of 64 calls, hold several times the bound)."""
     b = TopologyBuilder()
-    b.set_spout("numbers", Finite())
+    b.set_spout("numbers", Numbers(FANNED_OUT))
     b.set_bolt("fan", FanOut(), 2).shuffle_grouping("numbers")
     b.set_bolt("drop", Drop(), 2).shuffle_grouping("fan")
     conf = {"squall.worker.inbox.max.bytes": INBOX_BOUND, "topology.disable.loadaware.messaging": True}

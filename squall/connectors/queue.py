@@ -305,13 +305,16 @@ class QueueSpout(Spout):
         """Back on the queue, with what is claimed and not emitted: the queue hands out the oldest first, so the
         failed message comes out again before newer ones (an event-time window downstream would otherwise take
         it for a late one once the newer ones had moved its watermark on)."""
-        self._queue.abort_many([msg_id, *(message_id for message_id, _ in self._claimed)])
-        self._claimed.clear()
+        self._give_back(msg_id)
 
     def deactivate(self) -> None:
         """Acked messages are removed, and those claimed but not emitted go back for other consumers."""
         self._remove_acked()
-        self._queue.abort_many([message_id for message_id, _ in self._claimed])
+        self._give_back()
+
+    def _give_back(self, *message_ids: int) -> None:
+        """``message_ids`` and every message claimed and not yet emitted, back on the queue in one transaction."""
+        self._queue.abort_many([*message_ids, *(message_id for message_id, _ in self._claimed)])
         self._claimed.clear()
 
     def close(self) -> None:
