@@ -7,6 +7,7 @@ every timeout rotation and tick that falls due, so timeout tests never sleep.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,7 +120,9 @@ class TestCluster(LocalCluster):
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
         super().__init__(conf, clock=SimulatedClock())
 
-    def submit_topology(self, name: str, conf: dict | None, topology: Topology) -> TopologyRun:
+    def submit_topology(self, name: str, conf: dict | None, topology: Topology | TrackedTopology) -> TopologyRun:
+        if isinstance(topology, TrackedTopology):
+            topology = topology.topology
         return self._start(name, conf, topology, capture=False)
 
     def submit_for_capture(self, name: str, conf: dict | None, topology: Topology) -> TopologyRun:
@@ -159,6 +162,66 @@ class TestCluster(LocalCluster):
             self.wait_idle()
         self.clock.set(target)
         self.wait_idle()
+
+
+class TrackedTopology:
+    """A topology a test can wait on, as Storm's ``TrackedTopology``: ``tracked_wait(amount)`` returns once its
+    spouts have emitted ``amount`` more tuples than at the last wait, and every tuple they led to has been
+    executed everywhere it goes (as ``TestCluster.wait_idle``). Trees that a bolt holds stay pending.
+
+    Submit ``tracked.topology`` (or ``tracked`` itself) to the ``TestCluster`` given here::
+
+        tracked = TrackedTopology(cluster, topology)
+        cluster.submit_topology("words", {}, tracked.topology)
+        feeder.feed(["a b"])
+        tracked_wait(tracked, 1)
+    """
+
+    def __init__(self, cluster: TestCluster, topology: Topology) -> None:
+        if not isinstance(cluster, TestCluster):
+            raise SquallError(f"TrackedTopology needs a TestCluster, got {type(cluster).__name__}")
+        if not isinstance(topology, Topology):
+            raise TypeError(f"TrackedTopology: expected a built Topology, got {type(topology).__name__}")
+        self.cluster, self.topology = cluster, topology
+        self.target = 0  # spout emits the next wait returns at, less its amount
+
+    def _run(self) -> TopologyRun:
+        for run in self.cluster.runs.values():
+            if getattr(run, "topology", None) is self.topology:
+                return run
+        raise SquallError("the tracked topology is not running on its TestCluster: submit tracked.topology first")
+
+    def emitted(self) -> int:
+        """Tuples its spouts have emitted so far."""
+        run = self._run()
+        return sum(run.stats.of(spout).emitted for spout in self.topology.spouts)
+
+    def tracked_wait(self, amount: int = 1, timeout_secs: float = 60.0) -> None:
+        """Run waves until the spouts have emitted ``amount`` more tuples than the last wait counted, and the
+        topology is idle. Raises ``SquallError`` naming the counts if that takes over ``timeout_secs`` (wall
+        clock: a test's guard, not the topology's simulated time)."""
+        if amount < 0:
+            raise ValueError("tracked_wait needs amount >= 0")
+        run, target = self._run(), self.target + amount
+        deadline = time.monotonic() + timeout_secs
+        while True:
+            idle = run.step().idle
+            emitted = self.emitted()
+            if idle and emitted >= target:
+                self.target = target
+                return
+            if idle:
+                time.sleep(0.001)  # the spouts have nothing yet: a fed tuple may still come
+            if time.monotonic() > deadline:
+                raise SquallError(
+                    f"tracked topology {run.name!r}: its spouts emitted {emitted} of the {target} tuples waited for "
+                    f"in {timeout_secs} s"
+                )
+
+
+def tracked_wait(tracked: TrackedTopology, amount: int = 1, timeout_secs: float = 60.0) -> None:
+    """Storm's ``Testing.trackedWait``: ``tracked.tracked_wait(amount, timeout_secs)``."""
+    tracked.tracked_wait(amount, timeout_secs)
 
 
 def complete_topology(

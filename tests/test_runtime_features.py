@@ -22,6 +22,8 @@ from components import (
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.model.hashing import stable_hash
 from squall.spark import EmitError, SerializationError
+from squall.spark.hub import Hub
+from squall.spark.protocol import WaveInput
 from squall.testing import FeederSpout, complete_topology
 
 WORDS = ["cat", "dog", "chicken", "apple", "banana", "cat", "dog", "emu", "fox", "gnu", "cat", "hen"]
@@ -99,6 +101,42 @@ def test_tick_tuples_reach_every_task_on_schedule(cluster):
     assert run.stats.of("ticker").executed == 0
     cluster.advance_time(11)  # t = 15: ticks at 5, 10, 15 on each of 2 tasks
     assert run.stats.of("ticker").executed == 6 and run.stats.of("ticker").emitted == 6
+
+
+class Silent(Spout):
+    outputs = ("v",)
+
+    def next_tuple(self):
+        pass
+
+
+def test_under_local_cluster_the_workers_make_the_tick_tuples_and_the_driver_sends_none(spark, monkeypatch):
+    """The driver keeps the tick clock and says which ticks are due; the tick tuples are made where their task
+    runs, as Storm's executor makes its own: nothing the driver's hub sends is a tuple."""
+    sent = []
+    hub_send = Hub.send
+
+    def recording(hub, messages):
+        sent.extend(message for _, message in messages)
+        hub_send(hub, messages)
+
+    monkeypatch.setattr(Hub, "send", recording)
+    b = TopologyBuilder()
+    b.set_spout("s", Silent())
+    b.set_bolt("ticker", TickCounter(), 2).shuffle_grouping("s")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("worker-ticks", {"topology.tick.tuple.freq.secs": 1}, b.build())
+        deadline = time.monotonic() + 120
+        while run.stats.of("ticker").executed < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cluster.kill_topology("worker-ticks")
+    executed = run.stats.of("ticker").executed
+    assert executed >= 4 and run.stats.of("ticker").emitted == executed  # TickCounter emits once per tick
+    waves = [message for message in sent if isinstance(message, WaveInput)]
+    assert waves and all(not batch.values for wave in waves for batch in wave.batches)
+    due = [tick for wave in waves for tick in wave.ticks]
+    assert {tick.task for tick in due} == set(run.topology.task_ids("ticker"))
+    assert {tick.freq_secs for tick in due} == {1.0} and sum(tick.count for tick in due) >= executed
 
 
 def test_basic_bolt_failed_exception_and_errors_fail_the_tuple_and_keep_running(cluster, caplog):

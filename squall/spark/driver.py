@@ -11,7 +11,7 @@ A ``TopologyRun`` puts together the parts that each do one job:
 Each ``step()``, at the clock's current time:
 
 1. rotate the timeout buckets that are due (expired trees fail with reason
-   ``timeout``) and queue the tick tuples that are due;
+   ``timeout``) and note the ticks that are due (their tasks' workers make the tuples);
 2. call ``next_tuple`` on every spout task within its ``max.spout.pending``
    budget and the wave's size;
 3. record the new trees' inits in the ledger;
@@ -37,10 +37,9 @@ from squall.model import config as cfg
 from squall.model.components import StatefulBolt
 from squall.model.errors import InvalidConfigError, TopologyFailed
 from squall.model.topology import Topology
-from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
 from squall.reliability.ids import IdGenerator
 from squall.spark.clock import Clock
-from squall.spark.protocol import RunSettings, SpoutStatus
+from squall.spark.protocol import RunSettings, SpoutStatus, TicksDue
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
@@ -60,7 +59,7 @@ ACKER = "__acker"  # Storm's name for the acker component
 @dataclass
 class WaveInfo:
     spout_emits: int
-    delivered: int  # tuples handed to bolts by the driver (spout emits and ticks)
+    delivered: int  # tuples the wave hands bolts: in-process spouts' emits, and ticks
     completed: int = 0  # waves that completed, their acks applied
 
     @property
@@ -100,7 +99,7 @@ class TopologyRun:
         # The acker tasks, numbered after the topology's own, as Storm numbers its __acker tasks.
         self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)] if self.spouts_on_workers else []
         self.trees = PendingTrees(self.num_ackers) if self.acking and not self.spouts_on_workers else None
-        self.outbox = DriverOutbox()  # the driver's tuples for the next wave: ticks, and spout emits if here
+        self.outbox = DriverOutbox()  # the spouts' emits for the next wave, when they run in this process
         self._settled_seen = 0  # trees acked or failed on the spouts' workers, as their reports said
         self._rotations_due = 0  # timeout rotations for the spouts' workers to apply, with the next wave
         self._wanted_active = True
@@ -113,6 +112,7 @@ class TopologyRun:
         self.wave = 0
         self._seed = IdGenerator().next_id()
         self._ticks = self._tick_schedule()
+        self._ticks_due: list[TicksDue] = []  # fired, for the next wave
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         self._warned_unpicklable: set[str] = set()
         self.max_inflight: int = self.conf[cfg.SQUALL_WAVE_MAX_INFLIGHT]
@@ -245,11 +245,16 @@ class TopologyRun:
             self.next_rotation += self.timeout
         for bolt, schedule in self._ticks.items():
             freq, due = schedule
+            fired = 0
             while now >= due:
-                for task in self.topology.task_ids(bolt):
-                    self.outbox.batch_for(task, TICK_COMPONENT, -1).add(TICK_STREAM, (freq,))
-                due += freq
+                fired, due = fired + 1, due + freq
             schedule[1] = due
+            if fired:  # the tasks' workers make the tick tuples: the driver sends when, not tuples
+                self._ticks_due.extend(TicksDue(task, freq, fired) for task in self.topology.task_ids(bolt))
+
+    def _take_ticks(self) -> tuple[TicksDue, ...]:
+        ticks, self._ticks_due = tuple(self._ticks_due), []
+        return ticks
 
     # -- one wave ------------------------------------------------------------
     def step(self) -> WaveInfo:
@@ -273,11 +278,12 @@ class TopologyRun:
         self._fire_timers(now)
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         emits = self.spout_host.call(self.sizer.calls_per_spout_task())
-        inputs = self.spout_host.take_wave()
-        delivered = sum(len(b.values) for batches in inputs.values() for b in batches)
+        inputs, ticks = self.spout_host.take_wave(), self._take_ticks()
+        delivered = sum(len(b.values) for batches in inputs.values() for b in batches) + sum(t.count for t in ticks)
         checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
         if delivered or checkpoint is not None:
-            self.wave = self.scheduler.send(inputs, self.clock.now() if self.clock.simulated else None, checkpoint)
+            simulated = self.clock.now() if self.clock.simulated else None
+            self.wave = self.scheduler.send(inputs, simulated, checkpoint, ticks=ticks)
             self.sizer.sent(self.wave, emits)
         # With a wave just sent, wait only for room; with nothing to send, wait for every wave in flight.
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
@@ -295,15 +301,15 @@ class TopologyRun:
         before, settled_before = self.stats.spout_emits_seen, self._settled_seen
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
         self._abandon_dropped_checkpoints()
-        inputs = self.outbox.take()
-        ticks = sum(len(b.values) for batches in inputs.values() for b in batches)
+        ticks_due = self._take_ticks()
+        ticks = sum(due.count for due in ticks_due)
         checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
         calls = self.sizer.calls_per_spout_task() if self._wanted_active else 0
         rotations, self._rotations_due = self._rotations_due, 0
         simulated = self.clock.now() if self.clock.simulated else None
         snapshot = self.snapshot_timer.due(now) and self.scheduler.snapshot_due()
-        self.wave = self.scheduler.send(
-            inputs, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot
+        self.wave = self.scheduler.send(  # the driver's input is control only: no tuple
+            {}, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot, ticks=ticks_due
         )
         if snapshot:
             self.snapshot_timer.sent(now, self.wave)

@@ -4,7 +4,8 @@ Every message is a named, slotted dataclass; nothing is read by position.
 
 * ``Hello``        worker -> driver: a worker task (attempt) has connected.
 * ``Assign``       driver -> worker: the tasks it hosts, where every task lives, and the state to start from.
-* ``WaveInput``    driver -> worker: a wave begins: its spout calls, timeouts due, the driver's tuples (ticks).
+* ``WaveInput``    driver -> worker: a wave begins: its spout calls, timeouts and ticks due (``TicksDue``), and
+                   the driver's tuples when spouts run in the driver's process (``TestCluster``).
 * ``Commit``       driver -> worker: a wave completed; the ackers apply its acks.
 * ``Release``      driver -> worker: a stateful checkpoint completed; the acks it held are applied.
 * ``AckerInput``   bolt task -> acker's worker: one wave's acks for the acker tasks there.
@@ -41,9 +42,11 @@ import numpy as np
 import pyarrow as pa
 from pyspark import cloudpickle
 
+from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
+
 HEADER = struct.Struct("!Ii")  # payload length, destination worker
 TO_DRIVER = -1
-DRIVER = -1  # the producer id of tuples the driver sends (spout emits, ticks)
+DRIVER = -1  # the producer id of tuples the driver sends (in-process spouts' emits), and of ticks
 SECRET_BYTES = 32
 
 
@@ -170,8 +173,28 @@ class Assign:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class TicksDue:
+    """``count`` tick tuples due for bolt task ``task`` in a wave: the driver keeps the clock, and the task's
+    worker makes the tuples (``__system``/``__tick``, values ``(freq_secs,)``), as Storm's executor makes its own."""
+
+    task: int
+    freq_secs: float
+    count: int = 1
+
+    def batch(self, generation: int, wave: int) -> Batch:
+        """The tick tuples themselves, in no tree, for the worker to hand the task."""
+        batch = Batch(generation, wave, DRIVER, TICK_COMPONENT, DRIVER, self.task)
+        for _ in range(self.count):
+            batch.add(TICK_STREAM, (self.freq_secs,))
+        return batch
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class WaveInput:
-    """Wave ``wave`` begins: the driver's tuples for this worker's tasks, and the wave's simulated time."""
+    """Wave ``wave`` begins: the driver's control for this worker's tasks, and the wave's simulated time.
+    ``batches`` holds an empty marker batch for each task (its input from the driver ends there) and, only when
+    the spouts run in the driver's process (``TestCluster``), their emits."""
 
     generation: int
     wave: int
@@ -185,6 +208,7 @@ class WaveInput:
     replay: bool = False  # a wave run again after a worker loss: the spouts' logged tuples, acks dropped
     commit: Commit | None = None  # the driver's latest Commit not sent yet, applied before the spout calls
     weights: tuple[float, ...] | None = None  # each worker's load weight for shuffles; None: all equal
+    ticks: tuple[TicksDue, ...] = ()  # the tick tuples due for this worker's tasks, made here before ``batches``
 
 
 @wire

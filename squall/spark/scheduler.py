@@ -24,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -54,6 +54,7 @@ from squall.spark.protocol import (
     Stop,
     TaskReport,
     TaskStatus,
+    TicksDue,
     WaveInput,
     WorkerFailed,
     WorkerReport,
@@ -89,6 +90,7 @@ class WaveInFlight:
     active: bool = True
     snapshot: bool = False
     replay: bool = False
+    ticks: tuple[TicksDue, ...] = ()  # the tick tuples due, made by the workers of their tasks
     reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
     spout_reports: dict[int, SpoutReport] = field(default_factory=dict)  # worker -> its spout tasks' report
 
@@ -178,7 +180,7 @@ class WaveScheduler:
         self.snapshot_wave = 0  # the last complete snapshot
         self.snapshot_refs: dict[int, Snapshot] = {}  # task -> its last snapshot written (a path)
         self.snapshot_in_flight: int | None = None
-        self.wave_inputs: dict[int, tuple[float | None, dict[int, list[Batch]]]] = {}  # since the last snapshot
+        self.wave_inputs: dict[int, WaveInFlight] = {}  # the waves sent since the last snapshot, to run again
         # A restored stateful task's start, pickled, until a complete snapshot holds the task (then it is let go).
         self._restored = {
             t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
@@ -283,14 +285,15 @@ class WaveScheduler:
         rotations: int = 0,
         active: bool = True,
         snapshot: bool = False,
+        ticks: tuple[TicksDue, ...] = (),
     ) -> int:
         """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them; when spouts run on the
-        workers, each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations. Returns the
-        wave number."""
+        workers, each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations. ``ticks``
+        are the tick tuples due, which the tasks' workers make. Returns the wave number."""
         wave = self.next_wave
         self.next_wave += 1
         per_task: dict[int, list[Batch]] = {}
-        tuples = 0
+        tuples = sum(due.count for due in ticks)
         for task in self.tasks:
             batches = per_task[task] = inputs.get(task) or [Batch(0, wave, DRIVER, "", DRIVER, task)]
             for batch in batches:
@@ -308,11 +311,14 @@ class WaveScheduler:
             rotations,
             active,
             snapshot,
+            ticks=ticks,
         )
         if self.store is not None:
             if snapshot:
                 self.snapshot_in_flight = wave
-            self.wave_inputs[wave] = (simulated_now, {t: list(b) for t, b in per_task.items()})
+            self.wave_inputs[wave] = WaveInFlight(
+                wave, simulated_now, None, {t: list(b) for t, b in per_task.items()}, 0.0, 0, ticks=ticks, replay=True
+            )
         self.inflight[wave] = flight
         if self.ready:
             self._send_wave(flight)
@@ -320,10 +326,13 @@ class WaveScheduler:
 
     def _send_wave(self, flight: WaveInFlight) -> None:
         per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.workers)}
+        ticks: dict[int, list[TicksDue]] = {w: [] for w in range(self.workers)}
         for task, batches in flight.batches.items():  # by where the tasks live now: a resize moves them
             for batch in batches:
                 batch.generation = self.generation
             per_worker[self.placement[task]].extend(batches)
+        for due in flight.ticks:
+            ticks[self.placement[due.task]].append(due)
         messages = []
         commit, self._commit_due = self._commit_due, None
         if commit is not None and commit.generation != self.generation:
@@ -346,6 +355,7 @@ class WaveScheduler:
                         flight.replay,
                         commit,
                         weights,
+                        tuple(ticks[worker]),
                     ),
                 )
             )
@@ -585,11 +595,7 @@ class WaveScheduler:
             self.inflight.clear()
             self.snapshot_in_flight = None
             for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
-                simulated_now, batches = self.wave_inputs[wave]
-                for task_batches in batches.values():
-                    for batch in task_batches:
-                        batch.generation = self.generation
-                flight = WaveInFlight(wave, simulated_now, None, batches, time.monotonic(), 0, replay=True)
+                flight = replace(self.wave_inputs[wave], sent_at=time.monotonic(), reports={}, spout_reports={})
                 self.inflight[wave] = flight
                 self._send_wave(flight)
             for wave in [w for w in self.wave_inputs if w > self.applied]:

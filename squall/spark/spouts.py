@@ -37,7 +37,7 @@ log = logging.getLogger("squall")
 
 
 class DriverOutbox:
-    """The driver's tuples for the next wave (spout emits and ticks), one batch per (target task, source)."""
+    """The in-process spouts' emits for the next wave, one batch per (target task, source)."""
 
     def __init__(self) -> None:
         self._batches: dict[int, dict[tuple[str, int], Batch]] = defaultdict(dict)

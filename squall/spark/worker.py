@@ -208,6 +208,8 @@ class Worker:
             if hosted.wave == message.wave:
                 for batch in hosted.held.pop(message.wave, ()):
                     self._execute(hosted, batch)
+        for due in message.ticks:  # before the driver's marker that ends the task's input from it
+            self._deliver(due.batch(self.generation, message.wave))
         for batch in message.batches:
             self._deliver(batch)
         if self.spouts is not None and self.spouts.spout_tasks:  # a worker with acker tasks only has no calls
