@@ -19,7 +19,11 @@ is how many worker cores one driver can keep busy. And the throughput with
 the count bolt's dict holding a 1,000,000-word vocabulary against a
 1,000-word one (``squall_vocabulary_1m_vs_1k_throughput``).
 
+The complete latency is measured with the spout paced at half the default configuration's acked throughput
+for ``--latency-secs`` (30 s).
+
     python benchmarks/word_count.py [--words 2000000] [--master local[2]] [--tuned 1000,5000,20000]
+    python benchmarks/word_count.py --only vocabulary|exactly-once|latency
 """
 
 from __future__ import annotations
@@ -428,7 +432,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
-    parser.add_argument("--only", choices=["vocabulary", "exactly-once"], help="run only this part (to profile it)")
+    parser.add_argument("--only", choices=["vocabulary", "exactly-once", "latency"], help="run only this part")
     parser.add_argument("--per-partition", type=int, help="exactly-once: sentences a partition a batch (the default's)")
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
@@ -444,6 +448,12 @@ def main() -> None:
         return
     if args.only == "exactly-once":
         exactly_once_figures(sentences, words, args.per_partition)
+        sc.stop()
+        return
+    if args.only == "latency":  # capacity from two acked runs, then three latency runs at half of it
+        default_secs = min(squall_throughput(sentences, {})[0] for _ in range(2))
+        for _ in range(3):
+            latency_figures(sentences, default_secs, args.latency_secs)
         sc.stop()
         return
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
@@ -488,14 +498,20 @@ def main() -> None:
     vocabulary(sc, args.words, words)
     exactly_once_figures(sentences, words, args.per_partition)
 
+    latency_figures(sentences, default_secs, args.latency_secs)
+    print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.0f}")
+    sc.stop()
+
+
+def latency_figures(sentences: list[str], default_secs: float, seconds: float) -> None:
+    """Complete latency with the spout paced at half the default configuration's acked throughput, for
+    ``seconds``: as many sentences as that takes, drawn as the others are."""
     rate = len(sentences) / default_secs / 2
-    paced = sentences[: max(1, int(rate * args.latency_secs))]
+    paced = make_sentences(max(1, int(rate * seconds)) * WORDS_PER_SENTENCE, seed=11)
     p50, p99 = squall_latency(paced, rate, {})
     print(f"squall_half_capacity_sentences_per_second={rate:.0f}")
     print(f"squall_half_capacity_complete_latency_p50_ms={p50:.0f}")
     print(f"squall_half_capacity_complete_latency_p99_ms={p99:.0f}")
-    print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.0f}")
-    sc.stop()
 
 
 if __name__ == "__main__":
