@@ -193,7 +193,9 @@ class TrackedTopology:
 
     def emitted(self) -> int:
         """Tuples its spouts have emitted so far."""
-        run = self._run()
+        return self._emitted(self._run())
+
+    def _emitted(self, run: TopologyRun) -> int:
         return sum(run.stats.of(spout).emitted for spout in self.topology.spouts)
 
     def tracked_wait(self, amount: int = 1, timeout_secs: float = 60.0) -> None:
@@ -206,7 +208,7 @@ class TrackedTopology:
         deadline = time.monotonic() + timeout_secs
         while True:
             idle = run.step().idle
-            emitted = self.emitted()
+            emitted = self._emitted(run)
             if idle and emitted >= target:
                 self.target = target
                 return
