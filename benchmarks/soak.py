@@ -86,9 +86,12 @@ from soak_topology import CONF, LATE, MAX_WORDS, NAME, SINK_SCHEMA  # beside thi
 
 from squall.connectors import ReliableQueue
 from squall.connectors.local_redis import LocalRedisServer
+from squall.security import BlobSealer, checkpoint_key
 from squall.spark.network_hosts import NetworkHosts
 from squall.spark.standalone import SparkStandaloneCluster, free_port
 from squall.state.providers import RedisStateProvider
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 TOPOLOGY = Path(__file__).with_name("soak_topology.py")
 VOCABULARY = [f"w{i:03d}" for i in range(1000)]
@@ -821,8 +824,7 @@ def check_sink(soak: Soak, appended: list[int], failed: list[str]) -> None:
 def check_counts(soak: Soak, appended: list[int], failed: list[str]) -> None:
     sentences = Sentences(soak.seed)
     exact = Counter(word for i in sentence_ids(appended) for word in sentences.text(i).split(" "))
-    key_file = soak.directory / "checkpoints" / NAME / "state.key"
-    restored = RedisStateProvider(soak.redis.url, NAME, str(key_file)).load()
+    restored = RedisStateProvider(soak.redis.url, NAME, SEALER).load()
     counted: Counter = Counter()
     late = 0
     for state in restored.states.values():

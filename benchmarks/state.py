@@ -19,8 +19,11 @@ from typing import NamedTuple
 
 from squall import LocalCluster, Spout, StatefulBolt, TopologyBuilder
 from squall.model.hashing import stable_hash
+from squall.security import BlobSealer, checkpoint_key
 from squall.spark.context import spark_context
 from squall.state.providers import FileStateProvider
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 
 class Words(Spout):
@@ -84,7 +87,7 @@ def seed_state(directory: str, name: str, keys: list[str]) -> None:
     states = {task: {} for task in tasks}
     for key in keys:
         states[tasks[stable_hash([key]) % len(tasks)]][key] = 1
-    FileStateProvider(f"{directory}/{name}/state").compact(1, {"count": tasks}, states)
+    FileStateProvider(f"{directory}/{name}/state", SEALER).compact(1, {"count": tasks}, states)
 
 
 class Timing(NamedTuple):

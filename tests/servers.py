@@ -228,3 +228,31 @@ def wait_for(condition, what: str, timeout: float = 120.0, process=None) -> None
         assert process is None or process.poll() is None, f"the process ended before {what}"
         assert time.monotonic() < deadline, f"no {what} within {timeout}s"
         time.sleep(0.05)
+
+
+def driver_end_of_a_worker_channel(keys):
+    """A listening socket that plays the driver's hub for one ``WorkerChannel``: it runs the hub's side of the link
+    handshake. Returns ``(address, finish)``; ``finish()`` (once the channel is made) gives the accepted
+    connection, its read stream and its session."""
+    import socket
+    import threading
+
+    from squall.security.handshake import server_handshake
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: dict = {}
+
+    def accept() -> None:
+        connection, _ = server.accept()
+        stream = connection.makefile("rb")
+        accepted["end"] = (connection, stream, server_handshake(stream.read, connection.sendall, keys))
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+
+    def finish():
+        thread.join(timeout=30)
+        server.close()
+        return accepted["end"]
+
+    return server.getsockname(), finish

@@ -26,6 +26,7 @@ from servers import SparkStandaloneCluster
 
 from squall import BasicBolt, Bolt, Fields, LocalCluster, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
+from squall.security import BlobSealer, checkpoint_key
 from squall.transactional import (
     BatchBolt,
     Committer,
@@ -33,6 +34,8 @@ from squall.transactional import (
     SqliteKeyedState,
     TransactionalTopologyBuilder,
 )
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 ROOT = Path(__file__).parent.parent
 SENTENCES = 20_000
@@ -373,7 +376,7 @@ def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_
     assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
 
     counts = Counter()
-    for state in FileStateProvider(str(checkpoints / NAME / "state")).load().states.values():
+    for state in FileStateProvider(str(checkpoints / NAME / "state"), SEALER).load().states.values():
         counts.update(state)
     exact = Counter(words)
     assert set(counts) == set(exact) and all(counts[w] >= exact[w] for w in exact)  # never below

@@ -11,15 +11,17 @@ real ``Worker`` with the cyclic collector off, so nothing frees an instance unle
 from __future__ import annotations
 
 import gc
-import socket
 import weakref
 
 import pytest
+from servers import driver_end_of_a_worker_channel
 
 from squall import BasicBolt, Fields, TopologyBuilder
+from squall.security.handshake import LinkKeys
+from squall.security.sealing import BlobSealer
 from squall.spark.bolt_task import LIVE
 from squall.spark.links import Inbox, PeerLinks
-from squall.spark.protocol import SECRET_BYTES, Assign, RunSettings, Snapshot, Stop, WorkerChannel
+from squall.spark.protocol import Assign, RunSettings, Snapshot, Stop, WorkerChannel
 from squall.spark.shipping import ShippedTopology, pack
 from squall.spark.worker import Worker
 from squall.testing import FeederSpout
@@ -52,15 +54,16 @@ def worker():
     shipped = ShippedTopology(
         topology.with_objects(dict.fromkeys(topology.components)), {}, {"hold": pack(topology.components["hold"].obj)}
     )
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        channel = WorkerChannel(server.getsockname(), b"s" * SECRET_BYTES)
-        connection, _ = server.accept()
+    keys = LinkKeys(b"s" * 32)
+    address, finish = driver_end_of_a_worker_channel(keys)
+    channel = WorkerChannel(address, keys)
+    connection, _, _ = finish()
     collecting = gc.isenabled()
     gc.collect()
     gc.disable()
     Holds.alive.clear()  # only this test's instances: one an earlier test left in a cycle is not among them
     try:
-        yield topology, Worker(shipped, channel, 0, Inbox(), PeerLinks(b"s" * SECRET_BYTES))
+        yield topology, Worker(shipped, channel, 0, Inbox(), PeerLinks(keys), BlobSealer(b"k" * 32))
     finally:
         if collecting:
             gc.enable()

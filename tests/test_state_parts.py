@@ -17,7 +17,10 @@ import pytest
 
 from squall import LocalCluster, StatefulBolt, TopologyBuilder
 from squall.connectors import QueueSpout, ReliableQueue
+from squall.security import BlobSealer, checkpoint_key
 from squall.state.providers import FileStateProvider, RedisStateProvider, StatePart
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 LAYOUT = {"count": [1, 2]}
 
@@ -25,10 +28,10 @@ LAYOUT = {"count": [1, 2]}
 @pytest.fixture(params=["file", "redis"])
 def provider(request, tmp_path):
     if request.param == "file":
-        yield FileStateProvider(str(tmp_path / "state"))
+        yield FileStateProvider(str(tmp_path / "state"), SEALER)
         return
     redis_server = request.getfixturevalue("redis_server")
-    yield RedisStateProvider(redis_server.url, "parts", str(tmp_path / "state.key"))
+    yield RedisStateProvider(redis_server.url, "parts", SEALER)
 
 
 def test_committed_parts_make_the_state_and_uncommitted_ones_are_ignored_then_discarded(provider):
@@ -77,7 +80,7 @@ def test_a_commit_whose_whole_parts_make_an_older_part_redundant_still_loads(pro
 
 
 def test_a_driver_that_dies_while_removing_old_files_leaves_a_state_that_loads(tmp_path, monkeypatch):
-    provider = FileStateProvider(str(tmp_path / "state"))
+    provider = FileStateProvider(str(tmp_path / "state"), SEALER)
     for checkpoint in (1, 2):
         provider.prepare(checkpoint, 1, StatePart({"a": checkpoint}, [], whole=checkpoint == 1))
         provider.commit(checkpoint, {"count": [1]}, [(checkpoint, 1, checkpoint == 1)])
@@ -96,7 +99,7 @@ def test_a_driver_that_dies_while_removing_old_files_leaves_a_state_that_loads(t
         provider.commit(3, {"count": [1]}, [(3, 1, True)])
     monkeypatch.undo()
     assert os.path.basename(removed[0]).startswith("commit-")  # commits go first
-    assert FileStateProvider(str(tmp_path / "state")).load().states == {1: {"a": 3}}
+    assert FileStateProvider(str(tmp_path / "state"), SEALER).load().states == {1: {"a": 3}}
 
 
 def test_whole_parts_from_every_task_replace_what_came_before(provider, tmp_path):
@@ -160,7 +163,7 @@ def test_stateful_tasks_on_the_workers_write_their_parts_and_the_driver_only_com
     assert any(n.startswith("commit-") for n in names) and any(n.startswith("part-") for n in names)
     assert not [n for n in names if n.startswith(("delta-", "base-"))]  # the driver wrote no state
     counts = Counter()
-    for state in FileStateProvider(str(directory)).load().states.values():
+    for state in FileStateProvider(str(directory), SEALER).load().states.values():
         counts.update(state)
     assert counts == Counter(words)  # every word acked only once its count was in a committed checkpoint
 
@@ -182,7 +185,7 @@ def test_a_restarted_driver_lets_go_of_the_restored_state_once_the_workers_hold_
     words = [f"w{i % 50}" for i in range(2000)]
     topology = queued_count(queue_path, words)
     producer = ReliableQueue(queue_path, "q")
-    saved = FileStateProvider(str(checkpoints / "held" / "state"))
+    saved = FileStateProvider(str(checkpoints / "held" / "state"), SEALER)
     tasks = list(topology.task_ids("count"))
     for task in tasks:  # a checkpoint an earlier driver committed: each task holds a marked value
         saved.prepare(1, task, StatePart({"marker": frozenset({MARKER, str(task)})}, [], whole=True))
@@ -201,7 +204,7 @@ def test_a_restarted_driver_lets_go_of_the_restored_state_once_the_workers_hold_
         cluster.kill_topology("held")
 
     restored = Counter()
-    for state in FileStateProvider(str(checkpoints / "held" / "state")).load().states.values():
+    for state in FileStateProvider(str(checkpoints / "held" / "state"), SEALER).load().states.values():
         assert state.pop("marker") & {MARKER}  # the workers kept the restored values
         restored.update(state)
     assert restored == Counter(words)

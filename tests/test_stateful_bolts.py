@@ -17,9 +17,12 @@ from drivers import finish_driver, kill_driver, start_driver
 
 from squall import BasicBolt, InvalidConfigError, InvalidTopologyError, StatefulBolt, TopologyBuilder, TopologyFailed
 from squall.connectors.queue import ReliableQueue
+from squall.security import BlobSealer, TamperedBlobError, checkpoint_key
 from squall.state import StateDelta
 from squall.state.providers import FileStateProvider
 from squall.testing import FeederSpout, TestCluster
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 
 class CrashOnce(BasicBolt):
@@ -157,7 +160,7 @@ def test_acks_wait_for_the_checkpoint_that_holds_their_state(cluster, tmp_path):
     cluster.wait_idle()
     assert counted(run) == {"a": 2, "b": 1} and feeder.acked == set()  # executed, counted, not yet acked
     assert run.stats.pending == 3
-    saved = FileStateProvider(str(tmp_path / "held" / "state"))
+    saved = FileStateProvider(str(tmp_path / "held" / "state"), SEALER)
     assert saved.load().checkpoint == 0
     cluster.advance_time(4.9)
     assert feeder.acked == set() and saved.load().checkpoint == 0
@@ -279,9 +282,9 @@ def test_a_stateful_word_count_survives_three_driver_kills(tmp_path, provider):
         finish_driver(start_driver("stateful_word_count.py", conf), timeout=300)
         assert producer.counts() == {"ready": 0, "pending": 0, "dead": 0}
         if server is None:
-            restored = FileStateProvider(str(checkpoints / NAME / "state")).load()
+            restored = FileStateProvider(str(checkpoints / NAME / "state"), SEALER).load()
         else:
-            restored = RedisStateProvider(server.url, NAME, str(checkpoints / NAME / "state.key")).load()
+            restored = RedisStateProvider(server.url, NAME, SEALER).load()
     finally:
         if server is not None:
             server.stop()
@@ -341,12 +344,12 @@ def test_checkpoints_in_redis_wait_out_a_server_restart_and_resume_the_topology(
 def test_a_redis_state_entry_not_signed_by_the_checkpoint_key_is_refused(tmp_path, redis_server):
     from squall.state.providers import RedisStateProvider
 
-    provider = RedisStateProvider(redis_server.url, "signed", str(tmp_path / "state.key"))
+    provider = RedisStateProvider(redis_server.url, "signed", SEALER)
     provider.save(1, {"count": [1]}, {1: StateDelta({"a": 1})})
     assert provider.load().states == {1: {"a": 1}}
     client = redis.Redis.from_url(redis_server.url)
     client.hset("squall:state:signed:task:1", b"\0" * 32 + pickle.dumps("evil"), b"\0" * 32 + pickle.dumps(0))
-    with pytest.raises(ValueError, match="not signed by this checkpoint directory's key"):
+    with pytest.raises(TamperedBlobError, match="task 1's state: it is not a blob squall sealed"):
         provider.load()
 
 
@@ -377,7 +380,7 @@ def test_pre_commit_runs_on_every_task_before_each_checkpoint(cluster, tmp_path)
     cluster.advance_time(1)
     cluster.advance_time(1)  # nothing changed and nothing waits: no checkpoint
     assert notes.read_text().splitlines() == ["1:1", "2:3"]
-    assert FileStateProvider(str(tmp_path / "pre-commit" / "state")).load().checkpoint == 2
+    assert FileStateProvider(str(tmp_path / "pre-commit" / "state"), SEALER).load().checkpoint == 2
 
 
 def test_rebalance_moves_a_stateful_bolts_keys_to_its_new_tasks(cluster, tmp_path):
@@ -427,9 +430,9 @@ def test_tasks_numbered_anew_keep_their_state_when_their_bolts_parallelism_stays
         return b.build()
 
     if server is None:
-        saved = FileStateProvider(str(tmp_path / "renumbered" / "state"))
+        saved = FileStateProvider(str(tmp_path / "renumbered" / "state"), SEALER)
     else:
-        saved = RedisStateProvider(server.url, "renumbered", str(tmp_path / "renumbered" / "state.key"))
+        saved = RedisStateProvider(server.url, "renumbered", SEALER)
     for upstream, word in ((1, "x"), (3, "y")):  # the second run counts only y: x must come through untouched
         with TestCluster() as cluster:
             feeder = FeederSpout(["word"])

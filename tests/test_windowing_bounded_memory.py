@@ -20,9 +20,12 @@ from squall.connectors import QueueSpout, ReliableQueue
 from squall.model.fields import Fields
 from squall.model.state import KeyValueState
 from squall.model.tuple import TICK_COMPONENT, TICK_STREAM, Tuple
+from squall.security import BlobSealer, checkpoint_key
 from squall.state.blobs import StateBlobs
 from squall.state.providers import FileStateProvider, RedisStateProvider
 from squall.time import simulated_time
+
+SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
 
 LENGTH, SLIDE, BOUND = 5000, 1000, 1200  # partitions of BOUND // 4 = 300 events
 
@@ -46,9 +49,9 @@ def expected_sums(total, length=LENGTH, slide=SLIDE):
 @pytest.fixture(params=["file", "redis"])
 def store(request, tmp_path):
     if request.param == "file":
-        return FileStateProvider(str(tmp_path / "state"))
+        return FileStateProvider(str(tmp_path / "state"), SEALER)
     redis_server = request.getfixturevalue("redis_server")
-    return RedisStateProvider(redis_server.url, f"bounded-{time.monotonic_ns()}", str(tmp_path / "state.key"))
+    return RedisStateProvider(redis_server.url, f"bounded-{time.monotonic_ns()}", SEALER)
 
 
 def bounded(bolt=None):
@@ -248,7 +251,7 @@ def sealed_left(blobs: Path) -> list[int]:
 )
 def test_a_bounded_window_fires_what_an_unbounded_one_fires(length, slide, bound, n):
     with tempfile.TemporaryDirectory() as directory:
-        store = FileStateProvider(directory)
+        store = FileStateProvider(directory, SEALER)
         unbounded = WholeWindow().with_window(Count(length), Count(slide)).with_persistence()
         limited = WholeWindow().with_window(Count(length), Count(slide)).with_persistence()
         limited = limited.with_max_events_in_memory(bound)

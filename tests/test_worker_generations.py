@@ -12,15 +12,16 @@ These tests drive one real ``Worker`` over real sockets, in the order that race 
 from __future__ import annotations
 
 import queue
-import socket
 
 import pytest
+from servers import driver_end_of_a_worker_channel
 
 from squall import BasicBolt, Fields, TopologyBuilder
+from squall.security.handshake import LinkKeys
+from squall.security.sealing import BlobSealer
 from squall.spark.links import Inbox, PeerLinks
 from squall.spark.protocol import (
     DRIVER,
-    SECRET_BYTES,
     Assign,
     Batch,
     RunSettings,
@@ -35,7 +36,7 @@ from squall.spark.worker import Worker
 from squall.testing import FeederSpout
 from squall.time import now
 
-SECRET = b"s" * SECRET_BYTES
+KEYS = LinkKeys(b"s" * 32)
 SIMULATED_NOW = 1_000.0
 
 
@@ -68,25 +69,24 @@ def worker_and_driver_end():
         {},
         {cid: pack(topology.components[cid].obj) for cid in ("split", "stamp")},
     )
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        channel = WorkerChannel(server.getsockname(), SECRET)
-        connection, _ = server.accept()
-    stream = connection.makefile("rb")
-    assert stream.read(SECRET_BYTES) == SECRET
+    address, finish = driver_end_of_a_worker_channel(KEYS)
+    channel = WorkerChannel(address, KEYS)
+    connection, stream, session = finish()
     inbox = Inbox()
-    worker = Worker(shipped, channel, 0, inbox, PeerLinks(SECRET))
-    yield topology, worker, inbox, stream
+    worker = Worker(shipped, channel, 0, inbox, PeerLinks(KEYS), BlobSealer(b"k" * 32))
+    yield topology, worker, inbox, (stream, session)
     channel.close()
     stream.close()
     connection.close()
 
 
-def reports_after(worker: Worker, stream) -> list[TaskReport]:
+def reports_after(worker: Worker, driver_end) -> list[TaskReport]:
     """Serve until ``Stop``, then everything the worker said to the driver."""
     worker.serve()
     worker.channel.close()
     said: queue.SimpleQueue = queue.SimpleQueue()
-    read_frames(stream, said)
+    stream, session = driver_end
+    read_frames(stream, session, said)
     reports = []
     while not said.empty():
         reports.append(said.get())

@@ -5,7 +5,8 @@ is what restarts a lost worker. Every ``squall.state.checkpoint.interval``
 completed waves those snapshots are also written, through Hadoop's FileSystem
 API from the driver (no Spark job: the run's workers may hold every core), on a
 thread of its own, as ``<checkpoint dir>/<run id>/wave-<n>/part-00000``: a pickle
-of ``[(task, version, blob), ...]``. The newest two are kept. A write still
+of ``[(task, version, blob), ...]``, sealed under the checkpoint key
+(``squall/security/sealing.py``). The newest two are kept. A write still
 running when the next falls due makes that one wait for the next interval.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 from pyspark import SparkContext
 
+from squall.security.sealing import BlobSealer
 from squall.spark.protocol import Snapshot
 
 log = logging.getLogger("squall")
@@ -26,8 +28,9 @@ KEEP = 2
 
 
 class Checkpointer:
-    def __init__(self, sc: SparkContext, run_id: str, interval: int) -> None:
+    def __init__(self, sc: SparkContext, run_id: str, interval: int, sealer: BlobSealer) -> None:
         self.sc, self.run_id, self.interval = sc, run_id, interval
+        self.sealer = sealer
         self.root = sc.getCheckpointDir()
         self._since = 0
         self._written: list[str] = []
@@ -53,7 +56,7 @@ class Checkpointer:
             hadoop_path, fs = self._file_system(f"{path}/part-00000")
             out = fs.create(hadoop_path, True)
             try:
-                out.write(bytearray(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)))
+                out.write(bytearray(self.sealer.seal(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))))
             finally:
                 out.close()
         except Exception:

@@ -7,9 +7,14 @@ closed.
 
 It has no thread of its own. The thread that runs the topology reads the
 connections when it polls (``next_event``), so a worker's report is handled
-where it is read, with no hand-off between threads. Frames are unpickled only
-after the connection proved it knows the run's secret; each becomes a
-``Received`` event, and a connection that closes a ``Disconnected`` one.
+where it is read, with no hand-off between threads. Each connection first runs
+the server's side of the link handshake (``squall/security/handshake.py``): the
+hub and the worker each prove they hold the run's secret without sending it,
+and the hub sends nothing but its challenge, and unpickles nothing, until the
+worker's proof holds. A connection that has not proved it within
+``squall.links.handshake.timeout.secs`` is closed. After it, every frame (sealed
+with AES-256-GCM when the run encrypts its links) becomes a ``Received`` event,
+and a connection that closes a ``Disconnected`` one.
 
 Any thread may ``send``: a frame goes to the socket at once, as far as the
 socket takes it, and the rest waits in its connection's buffer until the poll
@@ -21,10 +26,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hmac
 import logging
 import pickle
-import secrets
 import selectors
 import socket
 import threading
@@ -32,7 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from squall.spark.protocol import HEADER, SECRET_BYTES, TO_DRIVER, Hello, encode
+from squall.security.handshake import HELLO_BYTES, PROOF_BYTES, HandshakeFailed, LinkKeys, ServerHandshake, Session
+from squall.spark.protocol import TO_DRIVER, Hello, encode
 
 log = logging.getLogger("squall.hub")
 
@@ -56,9 +60,12 @@ class Disconnected:
 @dataclass(slots=True)
 class _Connection:
     sock: socket.socket
+    handshake: ServerHandshake
+    accepted_at: float
     inbound: bytearray = field(default_factory=bytearray)  # read, not yet a whole frame
     outbound: bytearray = field(default_factory=bytearray)  # written, not yet taken by the socket
-    proven: bool = False  # it sent the run's secret
+    session: Session | None = None  # once it proved the run's secret
+    challenged: bool = False  # its hello came, and the hub's challenge went out
     worker: int | None = None  # its Hello's
     writing: bool = False  # registered for writability: its outbound is not empty
 
@@ -75,8 +82,9 @@ def _send_some(sock: socket.socket, data: bytes | bytearray) -> int:
 
 
 class Hub:
-    def __init__(self, host: str) -> None:
-        self.secret = secrets.token_bytes(SECRET_BYTES)
+    def __init__(self, host: str, keys: LinkKeys | None = None, handshake_timeout: float = 10.0) -> None:
+        self.keys = keys if keys is not None else LinkKeys.generate()
+        self.handshake_timeout = handshake_timeout
         self.bytes_in = 0  # what the workers sent the driver, in frames
         self.bytes_out = 0  # what the driver sent the workers
         family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6, as the host is
@@ -109,10 +117,11 @@ class Hub:
         frames = [(connection, encode(message, 0)) for connection, message in messages]
         left_over = False
         with self._lock:
-            for connection, frame in frames:
+            for connection, plain in frames:
                 conn = self._connections.get(connection)
-                if conn is None:
+                if conn is None or conn.session is None:  # gone, or never proved the secret: nothing for it
                     continue
+                frame = conn.session.seal(plain)  # under the lock: in the order the records go out
                 self.bytes_out += len(frame)
                 if conn.outbound:
                     conn.outbound += frame
@@ -192,6 +201,8 @@ class Hub:
         came = woken = moved = False
         if self._accepting_again_at is not None:
             wait = ACCEPT_PAUSE_SECS if wait is None else min(wait, ACCEPT_PAUSE_SECS)
+        if self._unproven_past_deadline():
+            wait = self.handshake_timeout if wait is None else min(wait, self.handshake_timeout)
         for key, mask in self._selector.select(wait):
             if key.fileobj is self._server:
                 self._accept()
@@ -224,7 +235,7 @@ class Hub:
             connection = self._next_connection
             self._next_connection += 1
             with self._lock:
-                self._connections[connection] = _Connection(sock)
+                self._connections[connection] = _Connection(sock, ServerHandshake(self.keys), time.monotonic())
             self._selector.register(sock, selectors.EVENT_READ, connection)
 
     def _flush(self, connection: int) -> bool:
@@ -254,37 +265,64 @@ class Hub:
         return True
 
     def _frames(self, connection: int, conn: _Connection) -> None:
-        """The whole frames ``conn`` has read, as events; what is left waits for more bytes."""
-        buffer, start = conn.inbound, 0
-        if not conn.proven:
-            if len(buffer) < SECRET_BYTES:
+        """The whole frames ``conn`` has read, as events; what is left waits for more bytes. Before them, the
+        handshake: nothing is unpickled from a connection that has not proved the run's secret."""
+        buffer = conn.inbound
+        try:
+            if conn.session is None and not self._handshake(connection, conn):
                 return
-            if not hmac.compare_digest(bytes(buffer[:SECRET_BYTES]), self.secret):
-                log.warning("a connection to the hub did not know the run's secret; closed")
-                self._drop(connection)
-                return
-            conn.proven, start = True, SECRET_BYTES
-        while len(buffer) - start >= HEADER.size:
-            length, destination = HEADER.unpack_from(buffer, start)
-            end = start + HEADER.size + length
-            if len(buffer) < end:
-                break
+            frames, taken = conn.session.frames(buffer)
+        except HandshakeFailed as exc:
+            log.warning("hub connection %d closed: %s", connection, exc)
+            self._drop(connection)
+            return
+        for size, destination, payload in frames:
             if destination != TO_DRIVER:
                 log.error("a worker sent the hub a frame for %d: tuples go over the links; closed", destination)
                 self._drop(connection)
                 return
             try:
-                message = pickle.loads(buffer[start + HEADER.size : end])
+                message = pickle.loads(payload)
             except Exception:
                 log.exception("a frame from hub connection %d could not be unpickled; closed", connection)
                 self._drop(connection)
                 return
-            self.bytes_in += HEADER.size + length
-            start = end
+            self.bytes_in += size
             if isinstance(message, Hello):
                 conn.worker = message.worker
             self._events.append(Received(connection, message))
-        del buffer[:start]
+        del buffer[:taken]
+
+    def _handshake(self, connection: int, conn: _Connection) -> bool:
+        """Move ``conn``'s handshake on with what it sent; whether it is done (the worker proved the secret)."""
+        buffer = conn.inbound
+        if not conn.challenged:
+            if len(buffer) < HELLO_BYTES:
+                return False
+            challenge = conn.handshake.challenge(bytes(buffer[:HELLO_BYTES]))
+            del buffer[:HELLO_BYTES]
+            conn.challenged = True
+            with self._lock:
+                sent = _send_some(conn.sock, challenge)
+                if sent < len(challenge):
+                    conn.outbound += challenge[sent:]
+        if len(buffer) < PROOF_BYTES:
+            return False
+        conn.session = conn.handshake.finish(bytes(buffer[:PROOF_BYTES]))
+        del buffer[:PROOF_BYTES]
+        return True
+
+    def _unproven_past_deadline(self) -> bool:
+        """Close the connections that did not prove the secret in time; whether any others are still unproven."""
+        now, waiting = time.monotonic(), False
+        for connection, conn in list(self._connections.items()):
+            if conn.session is None:
+                if now - conn.accepted_at >= self.handshake_timeout:
+                    log.warning("hub connection %d did not prove the run's secret in time; closed", connection)
+                    self._drop(connection)
+                else:
+                    waiting = True
+        return waiting
 
     def _drop(self, connection: int) -> None:
         with self._lock:

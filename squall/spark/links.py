@@ -4,7 +4,10 @@ their target task, never through the driver.
 Each worker listens on its executor's host (the address it reaches the driver from) and says where in its
 ``Hello``; the driver hands every worker the others' addresses in ``Assign``. A worker opens one connection to
 each peer when it first has something for it, so what one producer sends one target task arrives in the order
-it was sent. A connection's first bytes are the run's secret; nothing from it is unpickled before they match.
+it was sent. Every link opens with the mutual handshake of ``squall/security/handshake.py``: the sender sends
+no frame before the listener proved the run's secret, and the listener unpickles nothing before the sender
+proved it. A listener closes a connection that has not proved it within ``squall.links.handshake.timeout.secs``,
+and holds at most ``squall.links.max.connections`` at once: one more is closed as soon as it is accepted.
 
 Everything a worker receives, from its peers and from the driver's hub, goes into one ``Inbox`` that its
 serving loop reads. What is in flight between workers is bounded by the waves: at most
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hmac
 import logging
 import queue
 import socket
@@ -24,7 +26,8 @@ import termios
 import threading
 from typing import Any
 
-from squall.spark.protocol import SECRET_BYTES, encode, read_frames
+from squall.security.handshake import HandshakeFailed, LinkKeys, Session, client_handshake, server_handshake
+from squall.spark.protocol import encode, read_frames
 
 log = logging.getLogger("squall.worker")
 
@@ -65,34 +68,57 @@ class Inbox:
 
 
 class PeerListener:
-    """A worker's server for its peers' links."""
+    """A worker's server for its peers' links: a thread per connection, at most ``max_connections`` of them."""
 
-    def __init__(self, host: str, secret: bytes, inbox: Inbox) -> None:
-        self._secret = secret
+    def __init__(
+        self, host: str, keys: LinkKeys, inbox: Inbox, handshake_timeout: float = 10.0, max_connections: int = 256
+    ) -> None:
+        self._keys = keys
         self._inbox = inbox
+        self._handshake_timeout = handshake_timeout
+        self._max_connections = max_connections
         self._server = socket.create_server((host, 0))
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
-        self._connections: list[socket.socket] = []
+        self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, name="squall-links-accept", daemon=True).start()
+
+    @property
+    def connections(self) -> int:
+        """Connections open now, proven or not."""
+        with self._lock:
+            return len(self._connections)
 
     def _accept(self) -> None:
         while True:
             try:
-                connection, _ = self._server.accept()
+                connection, peer = self._server.accept()
             except OSError:
                 return  # closed
             with self._lock:
-                self._connections.append(connection)
+                full = len(self._connections) >= self._max_connections
+                if not full:
+                    self._connections.add(connection)
+            if full:
+                log.warning("%s holds %d connections already; %s closed", self.address, self._max_connections, peer)
+                connection.close()
+                continue
             threading.Thread(target=self._serve, args=(connection,), name="squall-link-in", daemon=True).start()
 
     def _serve(self, connection: socket.socket) -> None:
-        with connection, connection.makefile("rb", buffering=1 << 20) as stream:
-            secret = stream.read(SECRET_BYTES)
-            if len(secret) < SECRET_BYTES or not hmac.compare_digest(secret, self._secret):
-                log.warning("a link to %s did not know the run's secret; closed", self.address)
-                return
-            read_frames(stream, self._inbox)
+        try:
+            with connection, connection.makefile("rb", buffering=1 << 20) as stream:
+                connection.settimeout(self._handshake_timeout)
+                try:
+                    session = server_handshake(stream.read, connection.sendall, self._keys)
+                except (HandshakeFailed, OSError) as exc:
+                    log.warning("a link to %s did not prove the run's secret (%s); closed", self.address, exc)
+                    return
+                connection.settimeout(None)
+                read_frames(stream, session, self._inbox, where=f"a link to {self.address}")
+        finally:
+            with self._lock:
+                self._connections.discard(connection)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -106,12 +132,14 @@ class PeerListener:
 
 
 class PeerLinks:
-    """A worker's outgoing links, one per peer, opened when first used."""
+    """A worker's outgoing links, one per peer, opened (and authenticated) when first used."""
 
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
+    def __init__(self, keys: LinkKeys, handshake_timeout: float = 10.0) -> None:
+        self._keys = keys
+        self._handshake_timeout = handshake_timeout
         self._addresses: dict[int, tuple[str, int]] = {}
         self._sockets: dict[int, socket.socket] = {}
+        self._sessions: dict[int, Session] = {}
         self._broken: set[int] = set()  # until the next update: the driver will notice and assign again
         self.bytes_sent = 0
 
@@ -123,22 +151,31 @@ class PeerLinks:
         self._addresses = dict(addresses)
         self._broken.clear()
 
+    def _open(self, worker: int) -> socket.socket:
+        link = socket.create_connection(self._addresses[worker], timeout=self._handshake_timeout)
+        try:
+            link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with link.makefile("rb", buffering=0) as reply:
+                self._sessions[worker] = client_handshake(reply.read, link.sendall, self._keys)
+            link.settimeout(None)
+        except BaseException:
+            link.close()
+            raise
+        self._sockets[worker] = link
+        return link
+
     def send(self, worker: int, message: Any) -> None:
         """Send ``message`` to ``worker``; if its link is broken the message is dropped: the worker is lost, and
         the driver runs the wave again once it has noticed."""
         if worker in self._broken:
             return
         frame = encode(message, PEER)
-        link = self._sockets.get(worker)
         try:
-            if link is None:
-                link = self._sockets[worker] = socket.create_connection(self._addresses[worker], timeout=10)
-                link.settimeout(None)
-                link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                link.sendall(self._secret)
-            link.sendall(frame)
-            self.bytes_sent += len(frame)
-        except OSError as exc:  # a peer that stopped, or was lost: the driver sees that too, and says so
+            link = self._sockets.get(worker) or self._open(worker)
+            record = self._sessions[worker].seal(frame)
+            link.sendall(record)
+            self.bytes_sent += len(record)
+        except (OSError, HandshakeFailed) as exc:  # a peer that stopped or was lost (the driver sees that too)
             log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
             self._drop(worker)
             self._broken.add(worker)
@@ -152,6 +189,7 @@ class PeerLinks:
         return total
 
     def _drop(self, worker: int) -> None:
+        self._sessions.pop(worker, None)
         link = self._sockets.pop(worker, None)
         if link is not None:
             link.close()

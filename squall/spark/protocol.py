@@ -20,17 +20,20 @@ Every message is a named, slotted dataclass; nothing is read by position.
 
 On the wire a frame is an 8-byte header (payload length, destination) and a
 pickle. ``Batch``es go from worker to worker over the links of ``links.py``;
-the driver's hub carries control only. The first bytes of every connection are
-the run's secret; nothing from a connection is unpickled before it matches.
+the driver's hub carries control only. Every connection opens with the mutual
+handshake of ``squall/security/handshake.py``, which proves both ends hold the
+run's secret without sending it; nothing is sent to or unpickled from a peer
+before it, and on an encrypted run every frame after it travels sealed with
+AES-256-GCM.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import pickle
 import socket
-import struct
 import sys
 import threading
 from collections.abc import Iterable
@@ -43,11 +46,13 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
+from squall.security.handshake import FRAME_HEADER, HandshakeFailed, LinkKeys, Session, client_handshake
 
-HEADER = struct.Struct("!Ii")  # payload length, destination worker
+log = logging.getLogger("squall.links")
+
+HEADER = FRAME_HEADER  # payload length, destination worker
 TO_DRIVER = -1
 DRIVER = -1  # the producer id of tuples the driver sends (in-process spouts' emits), and of ticks
-SECRET_BYTES = 32
 
 
 def wire(cls: type) -> type:
@@ -372,6 +377,7 @@ class TaskStatus:
     snapshot_seconds: float = 0.0  # writing its state as an interval snapshot (``snapshots.py``)
     errors: list[str] = field(default_factory=list)
     unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
+    repeated: str | None = None  # why the task's run of one repeated error stops the topology (failures.ErrorStreak)
 
 
 @wire
@@ -401,6 +407,7 @@ class SpoutStatus:
     malformed: int = 0
     errors: list[str] = field(default_factory=list)
     latencies: bytes | None = None  # complete latencies, an encoded HdrHistogram
+    repeated: str | None = None  # why the task's run of one repeated error stops the topology (failures.ErrorStreak)
 
 
 FINAL_REPORT = 0  # the wave of the report a worker's spouts make as the run stops
@@ -495,18 +502,18 @@ def encode(message: Any, destination: int) -> bytes:
     return HEADER.pack(len(payload), destination) + payload
 
 
-def read_frames(stream: BinaryIO, inbox: Any, closed: Any = ...) -> None:
-    """Unpickle frames from ``stream`` into ``inbox`` until it ends; then put ``closed``, unless it is ``...``."""
+def read_frames(stream: BinaryIO, session: Session, inbox: Any, closed: Any = ..., where: str = "a link") -> None:
+    """Unpickle frames from ``stream`` (authenticated: ``session``) into ``inbox`` until it ends; then put
+    ``closed``, unless it is ``...``. A record that does not decrypt ends it, before anything of it is unpickled."""
     try:
         while True:
-            header = stream.read(HEADER.size)
-            if len(header) < HEADER.size:
+            frame = session.read(stream.read)
+            if frame is None:
                 break
-            length, _ = HEADER.unpack(header)
-            payload = stream.read(length)
-            if len(payload) < length:
-                break
-            inbox.put(pickle.loads(payload), HEADER.size + length)
+            size, _, payload = frame
+            inbox.put(pickle.loads(payload), size)
+    except HandshakeFailed as exc:
+        log.warning("%s closed: %s", where, exc)
     except (OSError, ValueError):  # the connection was closed under the reader
         pass
     finally:
@@ -515,13 +522,20 @@ def read_frames(stream: BinaryIO, inbox: Any, closed: Any = ...) -> None:
 
 
 class WorkerChannel:
-    """A worker task's connection to the driver's hub: control messages only."""
+    """A worker task's connection to the driver's hub: control messages only. It opens with the link handshake:
+    the hub must prove the run's secret before the worker sends or reads a frame."""
 
-    def __init__(self, address: tuple[str, int], secret: bytes) -> None:
-        self._sock = socket.create_connection(address)
+    def __init__(self, address: tuple[str, int], keys: LinkKeys, timeout: float = 10.0) -> None:
+        self._sock = socket.create_connection(address, timeout=timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.sendall(secret)
         self._reader = self._sock.makefile("rb", buffering=1 << 20)
+        try:
+            self._session = client_handshake(self._reader.read, self._sock.sendall, keys)
+        except BaseException:
+            self.close()
+            raise
+        self._sock.settimeout(None)
+        self._lock = threading.Lock()  # records go out in the order they are sealed
 
     @property
     def local_host(self) -> str:
@@ -529,12 +543,17 @@ class WorkerChannel:
         return self._sock.getsockname()[0]
 
     def send(self, message: Any) -> None:
-        self._sock.sendall(encode(message, TO_DRIVER))
+        frame = encode(message, TO_DRIVER)
+        with self._lock:
+            self._sock.sendall(self._session.seal(frame))
 
     def start_reading(self, inbox: Any) -> None:
         """Put every message from the driver into ``inbox`` on a thread of its own; ``None`` once it closes."""
         threading.Thread(
-            target=read_frames, args=(self._reader, inbox, None), name="squall-hub-in", daemon=True
+            target=read_frames,
+            args=(self._reader, self._session, inbox, None, "the driver's hub"),
+            name="squall-hub-in",
+            daemon=True,
         ).start()
 
     def close(self) -> None:

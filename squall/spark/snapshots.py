@@ -20,7 +20,8 @@ the state a task holds.
 
 Any filesystem pyarrow reaches serves: a local path (one every host shares, on a cluster), ``hdfs://``,
 ``s3://``, ``gs://``. Files are written under a temporary name and renamed, so they are there whole or not at
-all.
+all. Every snapshot and spout log is sealed under the checkpoint key (``squall/security/sealing.py``) and
+opened before it is unpickled: a file changed by anyone without the key is refused, naming its path.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from urllib.parse import urlparse
 from pyarrow import fs as pafs
 from pyspark import cloudpickle
 
+from squall.security.sealing import BlobSealer
 from squall.spark.protocol import Batch
 
 COMPLETE = "COMPLETE"
@@ -103,24 +105,27 @@ class SnapshotTimer:
 
 
 class SnapshotStore:
-    def __init__(self, root: str, run_id: str) -> None:
+    def __init__(self, root: str, run_id: str, sealer: BlobSealer) -> None:
+        self.sealer = sealer
         if root.startswith("file:"):
             root = urlparse(root).path
         self.filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
         self.base = f"{base.rstrip('/')}/{run_id}"
 
     # -- files ------------------------------------------------------------------------------
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(self, path: str, data: bytes, sealed: bool = True) -> None:
         directory = path.rsplit("/", 1)[0]
         self.filesystem.create_dir(directory, recursive=True)
         temporary = f"{directory}/.{uuid.uuid4().hex}.tmp"
         with self.filesystem.open_output_stream(temporary) as out:
-            out.write(data)
+            for piece in self.sealer.seal_parts(data) if sealed else (data,):
+                out.write(piece)
         self.filesystem.move(temporary, path)
 
-    def _read(self, path: str) -> bytes:
+    def _read(self, path: str) -> memoryview:
+        """The data sealed in ``path``; ``TamperedBlobError`` naming it if it was not sealed with the key."""
         with self.filesystem.open_input_stream(path) as stream:
-            return stream.read()
+            return self.sealer.open(stream.read(), path)
 
     def _delete_dir(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError, OSError):
@@ -142,13 +147,13 @@ class SnapshotStore:
         self._write(path, blob)
         return path
 
-    def read_task(self, path: str) -> bytes:
+    def read_task(self, path: str) -> memoryview:
         return self._read(path)
 
     def complete(self, wave: int, keep: set[int]) -> None:
         """Record the snapshot of ``wave`` as complete; remove the snapshot directories not in ``keep`` (those
         some task's last snapshot still lives in). The spout tasks remove their own logs up to it."""
-        self._write(f"{self.base}/snapshots/{COMPLETE}", str(wave).encode())
+        self._write(f"{self.base}/snapshots/{COMPLETE}", str(wave).encode(), sealed=False)  # never read back
         for name in self._children(f"{self.base}/snapshots"):
             if name.isdigit() and int(name) not in keep and int(name) < wave:
                 self._delete_dir(f"{self.base}/snapshots/{name}")

@@ -23,6 +23,11 @@ once and never changed (a persistent window's sealed partitions); the state
 names them, and they go once no state that could be restored names them
 (``squall/state/blobs.py``).
 
+Every file is sealed under the checkpoint key (``squall/security/sealing.py``):
+signed, or encrypted when ``squall.checkpoint.encrypt`` is on. A file is opened
+before it is unpickled, and one that was not sealed with the key is refused with
+an error naming its path.
+
 A file is written under a temporary name, flushed to disk and renamed, so a
 checkpoint is there whole or not at all: one cut off midway (the driver killed
 during the write) is ignored on restart, never half-applied. Restoring applies
@@ -34,13 +39,10 @@ mount on a cluster).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import pickle
 import re
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +51,7 @@ from pyspark import cloudpickle  # values of classes shipped by value, as bolts'
 
 from squall.model.state import StateDelta
 from squall.model.urls import redact
+from squall.security.sealing import BlobSealer
 
 COMPACT_EVERY = 20
 _FILE = re.compile(r"^(base|delta|commit)-(\d{12})\.pickle$|^(part)-(\d{12})-\d+\.pickle$")
@@ -74,17 +77,27 @@ class StatePart:
 
 @dataclass(frozen=True)
 class StateStoreSpec:
-    """Where a topology's stateful bolts' checkpoints go, as the workers open it."""
+    """Where a topology's stateful bolts' checkpoints go, as the workers open it. It travels to the workers
+    without its ``sealer``, which holds the checkpoint key: each worker attaches its own (``sealed_with``), made
+    from the keys that reached it in the Spark task closure."""
 
     kind: str  # file | redis
     location: str  # the directory, or the Redis URL
     topology: str = ""
-    key: bytes = b""  # redis: the key entries are signed with
+    sealer: BlobSealer | None = field(default=None, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple:
+        return StateStoreSpec, (self.kind, self.location, self.topology)
+
+    def sealed_with(self, sealer: BlobSealer) -> StateStoreSpec:
+        return StateStoreSpec(self.kind, self.location, self.topology, sealer)
 
     def open(self) -> FileStateProvider | RedisStateProvider:
+        if self.sealer is None:
+            raise ValueError(f"the state store at {redact(self.location)} is opened without the checkpoint key")
         if self.kind == "file":
-            return FileStateProvider(self.location)
-        return RedisStateProvider(self.location, self.topology, key=self.key)
+            return FileStateProvider(self.location, self.sealer)
+        return RedisStateProvider(self.location, self.topology, self.sealer)
 
 
 @dataclass
@@ -97,12 +110,13 @@ class Restored:
 
 
 class FileStateProvider:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, sealer: BlobSealer) -> None:
         self.directory = directory
+        self.sealer = sealer
         os.makedirs(directory, exist_ok=True)
 
     def spec(self) -> StateStoreSpec:
-        return StateStoreSpec("file", self.directory)
+        return StateStoreSpec("file", self.directory, sealer=self.sealer)
 
     def _path(self, kind: str, checkpoint: int) -> str:
         return os.path.join(self.directory, f"{kind}-{checkpoint:012d}.pickle")
@@ -110,7 +124,8 @@ class FileStateProvider:
     def _write(self, path: str, record: dict) -> None:
         temporary = f"{path}.tmp-{os.getpid()}"
         with open(temporary, "wb") as out:
-            cloudpickle.dump(record, out, protocol=pickle.HIGHEST_PROTOCOL)
+            for piece in self.sealer.seal_parts(cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)):
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -119,6 +134,11 @@ class FileStateProvider:
             os.fsync(directory)  # the rename itself survives a crash
         finally:
             os.close(directory)
+
+    def _read(self, path: str) -> Any:
+        """The record in ``path``, unpickled only once its seal holds (``TamperedBlobError`` naming it)."""
+        with open(path, "rb") as source:
+            return pickle.loads(self.sealer.open(source.read(), path))
 
     def _files(self) -> list[tuple[int, str, str]]:
         """``(checkpoint id, kind, path)`` of every complete file (a base, delta, commit or part), oldest first."""
@@ -177,22 +197,19 @@ class FileStateProvider:
         start = 0
         if bases:
             number, _, path = bases[-1]
-            with open(path, "rb") as source:
-                record = pickle.load(source)
+            record = self._read(path)
             restored = Restored(number, record["layout"], record["states"])
             start = number
         for number, kind, path in files:
             if kind in ("base", "part") or number <= start:
                 continue
-            with open(path, "rb") as source:
-                record = pickle.load(source)
+            record = self._read(path)
             if kind == "delta":
                 for task, delta in record["deltas"].items():
                     delta.apply(restored.states.setdefault(task, {}))
             else:  # a commit: the parts it takes in, in order
                 for part_number, task, _ in record["parts"]:
-                    with open(self._part_path(part_number, task), "rb") as source:
-                        pickle.load(source)["part"].apply(restored.states, task)
+                    self._read(self._part_path(part_number, task))["part"].apply(restored.states, task)
             restored.checkpoint, restored.layout = number, record["layout"]
         return restored
 
@@ -205,7 +222,8 @@ class FileStateProvider:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.tmp-{os.getpid()}"
         with open(temporary, "wb") as out:
-            out.write(data)
+            for piece in self.sealer.seal_parts(data):
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -215,9 +233,10 @@ class FileStateProvider:
         finally:
             os.close(directory)
 
-    def get_blob(self, owner: str, name: str) -> bytes:
-        with open(self._blob_path(owner, name), "rb") as source:
-            return source.read()
+    def get_blob(self, owner: str, name: str) -> memoryview:
+        path = self._blob_path(owner, name)
+        with open(path, "rb") as source:
+            return self.sealer.open(source.read(), path)
 
     def blob_names(self, owner: str) -> list[str]:
         try:
@@ -239,30 +258,31 @@ class RedisStateProvider:
     A checkpoint is one ``MULTI``/``EXEC``: every task's puts and deletes, the tasks of each component and the
     checkpoint's id go in together or not at all. The server must keep its data (an append-only file with
     ``appendfsync always`` keeps every checkpoint it confirmed). Keys and values are pickled and signed with
-    HMAC-SHA256 under a key kept in the checkpoint directory, readable by its owner only: what comes back from
-    the server is unpickled only when its signature holds.
+    sealed under the checkpoint key (``squall/security/sealing.py``): what comes back from the server is
+    unpickled only when its seal holds. Keys are signed, never encrypted, since a hash field must be the same
+    bytes each time it is written; values are encrypted too when ``squall.checkpoint.encrypt`` is on.
     """
 
-    def __init__(self, url: str, topology: str, key_file: str | None = None, key: bytes | None = None) -> None:
+    def __init__(self, url: str, topology: str, sealer: BlobSealer) -> None:
         import redis
 
         self.url, self.topology, self.prefix = url, topology, f"squall:state:{topology}"
         self.directory = f"{redact(url)} ({self.prefix})"
         self._redis = redis.Redis.from_url(url)
-        self._secret = key if key is not None else _secret(key_file)
+        self.sealer = sealer
+        self._key_sealer = sealer.signing_only()
 
     def spec(self) -> StateStoreSpec:
-        return StateStoreSpec("redis", self.url, self.topology, self._secret)
+        return StateStoreSpec("redis", self.url, self.topology, self.sealer)
 
     def _sign(self, value: Any) -> bytes:
-        blob = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        return hmac.new(self._secret, blob, hashlib.sha256).digest() + blob
+        return self._key_sealer.seal(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def _load(self, signed: bytes) -> Any:
-        signature, blob = signed[:32], signed[32:]
-        if not hmac.compare_digest(signature, hmac.new(self._secret, blob, hashlib.sha256).digest()):
-            raise ValueError(f"{self.directory}: a stored state entry is not signed by this checkpoint directory's key")
-        return pickle.loads(blob)
+    def _seal(self, value: Any) -> bytes:
+        return self.sealer.seal(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _load(self, sealed: bytes, what: str) -> Any:
+        return pickle.loads(self.sealer.open(sealed, f"{self.directory}: {what}"))
 
     def save(self, checkpoint: int, layout: dict[str, list[int]], deltas: dict[int, StateDelta]) -> None:
         pipe = self._redis.pipeline(transaction=True)
@@ -271,7 +291,7 @@ class RedisStateProvider:
             if delta.deletes:
                 pipe.hdel(name, *(self._sign(k) for k in delta.deletes))
             if delta.puts:
-                pipe.hset(name, mapping={self._sign(k): self._sign(v) for k, v in delta.puts.items()})
+                pipe.hset(name, mapping={self._sign(k): self._seal(v) for k, v in delta.puts.items()})
         pipe.set(f"{self.prefix}:layout", json.dumps(layout))
         pipe.set(f"{self.prefix}:checkpoint", checkpoint)
         pipe.execute()
@@ -284,7 +304,7 @@ class RedisStateProvider:
             pipe.delete(name)
         for task, state in states.items():
             if state:
-                signed = {self._sign(k): self._sign(v) for k, v in state.items()}
+                signed = {self._sign(k): self._seal(v) for k, v in state.items()}
                 pipe.hset(f"{self.prefix}:task:{task}", mapping=signed)
         pipe.set(f"{self.prefix}:layout", json.dumps(layout))
         pipe.set(f"{self.prefix}:checkpoint", checkpoint)
@@ -300,7 +320,7 @@ class RedisStateProvider:
         if part.deletes:
             pipe.sadd(f"{name}:deletes", *(self._sign(k) for k in part.deletes))
         if part.puts:
-            pipe.hset(f"{name}:puts", mapping={self._sign(k): self._sign(v) for k, v in part.puts.items()})
+            pipe.hset(f"{name}:puts", mapping={self._sign(k): self._seal(v) for k, v in part.puts.items()})
         pipe.execute()
 
     def commit(self, checkpoint: int, layout: dict[str, list[int]], parts: list[tuple[int, int, bool]]) -> None:
@@ -322,7 +342,8 @@ class RedisStateProvider:
         states = {}
         for task in (t for tasks in layout.values() for t in tasks):
             stored = self._redis.hgetall(f"{self.prefix}:task:{task}")
-            states[task] = {self._load(k): self._load(v) for k, v in stored.items()}
+            where = f"task {task}'s state"
+            states[task] = {self._load(k, where): self._load(v, where) for k, v in stored.items()}
         return Restored(int(checkpoint), layout, states)
 
     # -- blobs: values written once beside the state, named by it (signed, as the state's entries are) -------
@@ -330,16 +351,13 @@ class RedisStateProvider:
         return f"{self.prefix}:blob:{owner}:{name}"
 
     def put_blob(self, owner: str, name: str, data: bytes) -> None:
-        self._redis.set(self._blob_key(owner, name), hmac.new(self._secret, data, hashlib.sha256).digest() + data)
+        self._redis.set(self._blob_key(owner, name), self.sealer.seal(data))
 
-    def get_blob(self, owner: str, name: str) -> bytes:
-        signed = self._redis.get(self._blob_key(owner, name))
-        if signed is None:
+    def get_blob(self, owner: str, name: str) -> memoryview:
+        sealed = self._redis.get(self._blob_key(owner, name))
+        if sealed is None:
             raise KeyError(f"{self.directory}: no blob {owner}/{name}")
-        signature, data = signed[:32], signed[32:]
-        if not hmac.compare_digest(signature, hmac.new(self._secret, data, hashlib.sha256).digest()):
-            raise ValueError(f"{self.directory}: blob {owner}/{name} is not signed by this checkpoint directory's key")
-        return data
+        return self.sealer.open(sealed, f"{self.directory}: blob {owner}/{name}")
 
     def blob_names(self, owner: str) -> list[str]:
         start = len(self._blob_key(owner, ""))
@@ -373,19 +391,6 @@ redis.call('SET', prefix .. ':checkpoint', ARGV[2])
 """
 
 
-def _secret(path: str) -> bytes:
-    """The signing key in ``path``, made (owner-only) the first time."""
-    try:
-        with open(path, "rb") as source:
-            return source.read()
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(secrets.token_bytes(32))
-        return _secret(path)
-
-
 def _local(checkpoint_dir: str) -> str:
     if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
         raise ValueError(
@@ -396,14 +401,13 @@ def _local(checkpoint_dir: str) -> str:
 
 
 def open_state_provider(
-    kind: str, checkpoint_dir: str, topology: str, redis_url: str | None = None
+    kind: str, checkpoint_dir: str, topology: str, sealer: BlobSealer, redis_url: str | None = None
 ) -> FileStateProvider | RedisStateProvider:
-    """The provider ``topology.state.provider`` names, for the topology ``topology``."""
-    local = os.path.join(_local(checkpoint_dir), topology)
+    """The provider ``topology.state.provider`` names, for the topology ``topology``, sealing with ``sealer``."""
     if kind == "file":
-        return FileStateProvider(os.path.join(local, "state"))
+        return FileStateProvider(os.path.join(_local(checkpoint_dir), topology, "state"), sealer)
     if kind == "redis":
         if not redis_url:
             raise ValueError("topology.state.provider 'redis' needs squall.redis.url")
-        return RedisStateProvider(redis_url, topology, os.path.join(local, "state.key"))
+        return RedisStateProvider(redis_url, topology, sealer)
     raise ValueError(f"topology.state.provider: unknown provider {kind!r}; known: ['file', 'redis']")
