@@ -7,11 +7,12 @@ components untouched, as Storm does, except under ``squall.``, which is ours.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from squall.model.errors import InvalidConfigError
-from squall.model.urls import redact
+from squall.model.urls import MASK, is_secret_name, redact
 
 TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
 TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
@@ -55,6 +56,18 @@ SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
 SQUALL_AMQP_URL = "squall.amqp.url"  # amqp://guest:guest@127.0.0.1:5672/%2F
 SQUALL_POSTGRESQL_URL = "squall.postgresql.url"  # postgresql://user@127.0.0.1:5432/db
 SQUALL_KAFKA_BOOTSTRAP_SERVERS = "squall.kafka.bootstrap.servers"  # 127.0.0.1:9092[,host:port...]
+# librdkafka settings for every Kafka client squall's Kafka components make (security.protocol, sasl.*, ssl.*...),
+# under each component's own consumer_config / producer_config
+SQUALL_KAFKA_CLIENT_CONFIG = "squall.kafka.client.config"
+# The ZooKeeper coordinator store: digest credentials "user:password" (the znodes it creates are then readable and
+# writable by that user alone), and TLS (PEM files)
+SQUALL_ZOOKEEPER_AUTH = "squall.zookeeper.auth"
+SQUALL_ZOOKEEPER_SSL = "squall.zookeeper.ssl"
+SQUALL_ZOOKEEPER_SSL_CA = "squall.zookeeper.ssl.ca"
+SQUALL_ZOOKEEPER_SSL_CERTFILE = "squall.zookeeper.ssl.certfile"
+SQUALL_ZOOKEEPER_SSL_KEYFILE = "squall.zookeeper.ssl.keyfile"
+SQUALL_ZOOKEEPER_SSL_KEYFILE_PASSWORD = "squall.zookeeper.ssl.keyfile.password"
+SQUALL_ZOOKEEPER_SSL_VERIFY = "squall.zookeeper.ssl.verify"
 SQUALL_RUN_ID = "squall.run.id"  # set by the runtime: this submission's id, new each time a topology is submitted
 
 DEFAULTS: dict[str, Any] = {
@@ -90,6 +103,14 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_AMQP_URL: None,
     SQUALL_POSTGRESQL_URL: None,
     SQUALL_KAFKA_BOOTSTRAP_SERVERS: None,
+    SQUALL_KAFKA_CLIENT_CONFIG: {},
+    SQUALL_ZOOKEEPER_AUTH: None,
+    SQUALL_ZOOKEEPER_SSL: False,
+    SQUALL_ZOOKEEPER_SSL_CA: None,
+    SQUALL_ZOOKEEPER_SSL_CERTFILE: None,
+    SQUALL_ZOOKEEPER_SSL_KEYFILE: None,
+    SQUALL_ZOOKEEPER_SSL_KEYFILE_PASSWORD: None,
+    SQUALL_ZOOKEEPER_SSL_VERIFY: True,
     TOPOLOGY_NAME: None,
     SQUALL_RUN_ID: None,
 }
@@ -166,6 +187,18 @@ def _spark_conf(v: Any) -> str | None:
     return "a dict of Spark config keys to str, int, float or bool values"
 
 
+def _client_config(v: Any) -> str | None:
+    if isinstance(v, Mapping) and all(
+        isinstance(k, str) and k and isinstance(x, (str, int, float, bool)) for k, x in v.items()
+    ):
+        return None
+    return "a dict of librdkafka config keys to str, int, float or bool values"
+
+
+def _user_password(v: Any) -> str | None:
+    return None if isinstance(v, str) and ":" in v and v.partition(":")[0] else "'user:password'"
+
+
 def _store(v: Any) -> str | None:
     if isinstance(v, str) and v:
         scheme, sep, _ = v.partition("://")
@@ -207,6 +240,14 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),
     SQUALL_POSTGRESQL_URL: _optional(_url("postgresql", "postgres")),
     SQUALL_KAFKA_BOOTSTRAP_SERVERS: _optional(_non_empty_str),
+    SQUALL_KAFKA_CLIENT_CONFIG: _client_config,
+    SQUALL_ZOOKEEPER_AUTH: _optional(_user_password),
+    SQUALL_ZOOKEEPER_SSL: _bool,
+    SQUALL_ZOOKEEPER_SSL_CA: _optional(_non_empty_str),
+    SQUALL_ZOOKEEPER_SSL_CERTFILE: _optional(_non_empty_str),
+    SQUALL_ZOOKEEPER_SSL_KEYFILE: _optional(_non_empty_str),
+    SQUALL_ZOOKEEPER_SSL_KEYFILE_PASSWORD: _optional(_non_empty_str),
+    SQUALL_ZOOKEEPER_SSL_VERIFY: _bool,
     TOPOLOGY_NAME: _optional(_non_empty_str),
     SQUALL_RUN_ID: _optional(_non_empty_str),
 }
@@ -229,15 +270,60 @@ def check_config(conf: Mapping[str, Any] | None, where: str = "topology config")
             continue
         problem = validator(value)
         if problem:
-            shown = redact(value) if isinstance(value, str) else value
+            shown = MASK if is_secret_name(key) else redact(value) if isinstance(value, str) else value
             raise InvalidConfigError(f"{where}: {key!r} must be {problem}, got {shown!r}")
 
 
 def resolve_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Defaults overlaid with each layer in turn, every layer checked first."""
+    """Defaults overlaid with each layer in turn, every layer's ``${NAME}`` references expanded from the
+    environment (``expand_env``) and the layer checked first."""
     merged = dict(DEFAULTS)
     for layer in layers:
+        if isinstance(layer, Mapping):
+            layer = expand_env(layer)
         check_config(layer)
         if layer:
             merged.update(layer)
     return merged
+
+
+# ${NAME} is the environment variable NAME; $${NAME} is the text ${NAME}
+_REFERENCE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Values an expansion produced that still hold a $: never expanded again (a secret may contain "${")
+_EXPANDED: set[str] = set()
+
+
+def expand_env(conf: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``conf`` with every ``${NAME}`` in its string values (nested dicts and lists too) replaced by the
+    environment variable ``NAME``, so that a secret need not be written in a file or on a command line
+    (``--conf sasl.password=${KAFKA_PASSWORD}``). ``$${NAME}`` stands for the text ``${NAME}``. A value is
+    expanded once: what a variable holds is taken as it is. ``InvalidConfigError`` names the key and the
+    variable when the variable is not set."""
+    env = os.environ if environ is None else environ
+    return {key: _expand(key, value, env) for key, value in conf.items()}
+
+
+def _expand(key: str, value: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        if "$" not in value or value in _EXPANDED:
+            return value
+
+        def substitute(match: re.Match) -> str:
+            escaped, name = match.groups()
+            if escaped:
+                return "${" + name + "}"
+            if name not in env:
+                raise InvalidConfigError(
+                    f"config {key!r} refers to ${{{name}}}, and the environment variable {name} is not set"
+                )
+            return env[name]
+
+        expanded = _REFERENCE.sub(substitute, value)
+        if "$" in expanded and expanded != value:
+            _EXPANDED.add(expanded)
+        return expanded
+    if isinstance(value, Mapping):
+        return {k: _expand(f"{key}.{k}" if isinstance(k, str) else key, v, env) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_expand(key, v, env) for v in value)
+    return value

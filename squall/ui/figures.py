@@ -16,6 +16,7 @@ from typing import Any
 from squall.model import config as cfg
 from squall.model.drawing import edges
 from squall.model.topology import Topology
+from squall.model.urls import redact_config
 from squall.spark.stats import ComponentStats, RunStats
 
 ACTIVE, INACTIVE, FAILED = "ACTIVE", "INACTIVE", "FAILED"
@@ -137,6 +138,7 @@ def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]
     ]
     if hasattr(run, "coordinator"):
         detail["transactional"] = transactional_figures(run)
+    detail["configuration"] = redact_config(run.conf)  # Storm UI's "Topology Configuration", secrets masked
     return detail
 
 
