@@ -22,8 +22,12 @@ the count bolt's dict holding a 1,000,000-word vocabulary against a
 The complete latency is measured with the spout paced at half the default configuration's acked throughput
 for ``--latency-secs`` (30 s).
 
+Encryption's cost is measured on the topology as users write it, with the sink on a shuffle grouping so that
+every tuple after the spout crosses a link: three pairs of acked runs, ``squall.links.encrypt`` on then off,
+and the median pair's throughput ratio (``squall_encrypted_vs_plain_throughput``).
+
     python benchmarks/word_count.py [--words 2000000] [--master local[2]] [--tuned 1000,5000,20000]
-    python benchmarks/word_count.py --only vocabulary|exactly-once|latency
+    python benchmarks/word_count.py --only vocabulary|exactly-once|latency|encryption
 """
 
 from __future__ import annotations
@@ -218,17 +222,20 @@ class Sink(BasicBolt):
         pass
 
 
-def topology(spout: Sentences, count: Bolt | None = None):
+def topology(spout: Sentences, count: Bolt | None = None, shuffled_sink: bool = False):
     b = TopologyBuilder()
     b.set_spout("sentences", spout)
     b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", count or Count(), 2).fields_grouping("split", ["word"])
-    b.set_bolt("sink", Sink(), 2).local_or_shuffle_grouping("count")  # stays in the worker
+    if shuffled_sink:  # as users write it: the counts cross a link
+        b.set_bolt("sink", Sink(), 2).shuffle_grouping("count")
+    else:
+        b.set_bolt("sink", Sink(), 2).local_or_shuffle_grouping("count")  # stays in the worker
     return b.build()
 
 
 def squall_throughput(
-    sentences: list[str], conf: dict, cpu: dict | None = None, count: Bolt | None = None
+    sentences: list[str], conf: dict, cpu: dict | None = None, count: Bolt | None = None, shuffled_sink: bool = False
 ) -> tuple[float, int]:
     """Seconds from submitting to every sentence processed (all acked when acking is on), and waves run. The
     spout runs on a worker, as ``LocalCluster`` puts it; its acks are read from the run's stats. With ``cpu``,
@@ -239,7 +246,7 @@ def squall_throughput(
     with LocalCluster() as cluster:
         driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
         started = time.perf_counter()
-        run = cluster.submit_topology("bench", conf, topology(spout, count))
+        run = cluster.submit_topology("bench", conf, topology(spout, count, shuffled_sink))
         waiting = time.thread_time()  # this thread's polling below is the benchmark's, not the driver's
         while (run.stats.of("sentences").acked if acking else run.stats.of("sink").executed) < (
             len(sentences) if acking else words
@@ -432,7 +439,9 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
-    parser.add_argument("--only", choices=["vocabulary", "exactly-once", "latency"], help="run only this part")
+    parser.add_argument(
+        "--only", choices=["vocabulary", "exactly-once", "latency", "encryption"], help="run only this part"
+    )
     parser.add_argument("--per-partition", type=int, help="exactly-once: sentences a partition a batch (the default's)")
     args = parser.parse_args()
     sc, _ = spark_context(args.master)
@@ -448,6 +457,10 @@ def main() -> None:
         return
     if args.only == "exactly-once":
         exactly_once_figures(sentences, words, args.per_partition)
+        sc.stop()
+        return
+    if args.only == "encryption":
+        encryption_figures(sentences, words)
         sc.stop()
         return
     if args.only == "latency":  # capacity from two acked runs, then three latency runs at half of it
@@ -497,10 +510,28 @@ def main() -> None:
 
     vocabulary(sc, args.words, words)
     exactly_once_figures(sentences, words, args.per_partition)
+    encryption_figures(sentences, words)
 
     latency_figures(sentences, default_secs, args.latency_secs)
     print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.0f}")
     sc.stop()
+
+
+def encryption_figures(sentences: list[str], words: int) -> None:
+    """Acked throughput with the links encrypted (AES-256-GCM) against plain, the sink on a shuffle grouping:
+    three pairs back to back, the median pair's ratio."""
+    pairs = [
+        tuple(
+            squall_throughput(sentences, {"squall.links.encrypt": encrypt}, shuffled_sink=True)[0]
+            for encrypt in (True, False)
+        )
+        for _ in range(3)
+    ]
+    ratios = sorted(plain / encrypted for encrypted, plain in pairs)
+    print(f"squall_acked_shuffled_sink_encrypted_words_per_second={words / min(e for e, _ in pairs):.0f}")
+    print(f"squall_acked_shuffled_sink_plain_words_per_second={words / min(p for _, p in pairs):.0f}")
+    print(f"squall_encrypted_vs_plain_pair_ratios={','.join(f'{r:.3f}' for r in ratios)}")
+    print(f"squall_encrypted_vs_plain_throughput={ratios[1]:.3f}")
 
 
 def latency_figures(sentences: list[str], default_secs: float, seconds: float) -> None:
