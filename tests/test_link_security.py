@@ -116,7 +116,9 @@ def test_squall_follows_sparks_encryption_settings_and_refuses_to_contradict_the
     assert link_encryption({"squall.links.encrypt": True}, {}) is True
     assert link_encryption({}, {"spark.network.crypto.enabled": "true"}) is True
     assert link_encryption({}, {"spark.ssl.enabled": "true"}) is True
-    with pytest.raises(InvalidConfigError, match=re.escape("spark.network.crypto.enabled is on but squall.links.encrypt")):
+    with pytest.raises(
+        InvalidConfigError, match=re.escape("spark.network.crypto.enabled is on but squall.links.encrypt")
+    ):
         link_encryption({"squall.links.encrypt": False}, {"spark.network.crypto.enabled": "true"})
     assert checkpoint_encryption({}, {"spark.io.encryption.enabled": "true"}) is True
     with pytest.raises(InvalidConfigError, match=re.escape("set squall.checkpoint.encrypt to true")):
