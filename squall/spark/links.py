@@ -175,7 +175,11 @@ class PeerLinks:
             record = self._sessions[worker].seal(frame)
             link.sendall(record)
             self.bytes_sent += len(record)
-        except (OSError, HandshakeFailed) as exc:  # a peer that stopped or was lost (the driver sees that too)
+        except HandshakeFailed as exc:  # not this run's worker: it is sent nothing
+            log.warning("worker %d's address did not prove the run's secret (%s); nothing sent to it", worker, exc)
+            self._drop(worker)
+            self._broken.add(worker)
+        except OSError as exc:  # a peer that stopped or was lost (the driver sees that too)
             log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
             self._drop(worker)
             self._broken.add(worker)
