@@ -102,7 +102,7 @@ class TransactionalRun:
         self.conf = cfg.resolve_config(ttopo.topology.conf, conf)
         self.sc, self.clock = sc, clock
         max_pending = self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING] or 1
-        self.store = open_coordinator_store(str(self.conf[cfg.SQUALL_TRANSACTIONAL_STORE]), ttopo.id)
+        self.store = open_coordinator_store(str(self.conf[cfg.SQUALL_TRANSACTIONAL_STORE]), ttopo.id, self.conf)
         self.coordinator = TransactionCoordinator(self.store, max_pending)
         self.stats = RunStats()
         self.run_id = f"{name}-{uuid.uuid4().hex}"
