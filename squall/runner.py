@@ -29,9 +29,10 @@ from rich.table import Table
 
 from squall.model import config as cfg
 from squall.model.components import StatefulBolt
-from squall.model.errors import SquallError
+from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology
 from squall.spark.driver import TopologyRun
+from squall.spark.shipping import check_shippable
 from squall.spark.stats import RunStats
 
 DEFAULT_CHECKPOINT_DIR = ".squall-state/checkpoints"  # squall run's, under the working directory
@@ -174,6 +175,27 @@ def summary_table(run: TopologyRun) -> Table:
     return table
 
 
+ERRORS_SHOWN = 3  # the last distinct errors a run's summary shows in full
+
+
+def print_errors(run: TopologyRun, console: Console) -> None:
+    """The run's error count and its last few distinct errors, each with its traceback (a task that could not
+    be set up included), as the web UI's "Last errors" shows them."""
+    errors = list(run.stats.errors)
+    total = sum(run.stats.peek(cid).errors for cid in run.topology.components)
+    if not total and not errors:
+        return
+    shown: list[str] = []
+    for report in reversed(errors):
+        if report.text not in shown:
+            shown.append(report.text)
+        if len(shown) == ERRORS_SHOWN:
+            break
+    console.print(f"errors: {max(total, len(errors))}; the last {len(shown)} distinct:", highlight=False)
+    for text in shown:
+        console.print(text.rstrip(), highlight=False, markup=False, soft_wrap=True)
+
+
 def run_file(
     path: str,
     conf_pairs: list[str],
@@ -204,6 +226,7 @@ def run_file(
     if spark_pairs:
         conf[cfg.SQUALL_SPARK_CONF] = {**conf.get(cfg.SQUALL_SPARK_CONF, {}), **parse_spark_pairs(spark_pairs)}
     topology = topology_of(module, conf)
+    check_shippable(topology)  # a component that cannot travel to the workers is refused before Spark starts
     graph = getattr(topology, "topology", topology)  # a transactional topology wraps its graph
     declared = graph.conf
     if cfg.SQUALL_TRANSACTIONAL_STORE not in declared:  # after build_topology, which may choose one
@@ -250,6 +273,8 @@ def run_file(
             while True:
                 time.sleep(0.25)
                 live.update(table.render())
+                if name in cluster.failures:  # first: a failure is never read as the idle stop
+                    break
                 if interrupted.is_set():
                     console.print(f"interrupted: stopping, pending trees get up to {kill_wait:g}s")
                     stop_wait = kill_wait
@@ -258,18 +283,21 @@ def run_file(
                     break
                 if idle_secs and run.idle_for() >= idle_secs:
                     break
-                if name in cluster.failures:
-                    break
                 if name not in cluster.runs:  # squall kill
                     break
             with contextlib.suppress(SquallError):  # squall kill may have got there first
                 cluster.kill_topology(name, stop_wait)
             live.update(table.render())
+            failure = cluster.take_failure(name)
+            not_started = getattr(run, "not_started", None)
+            why = not_started() if failure is None and not_started is not None else None
+            if why is not None:  # stopped (a duration, a kill) before its tasks were ever up
+                failure = TopologyFailed(f"topology {name!r} could not start: {why}")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        failure = cluster.failures.get(name)
     console.print()
     if failure is not None:
+        print_errors(run, console)
         raise failure
     if hasattr(run, "commits"):
         malformed = run.stats.spout_totals(list(run.topology.spouts)).malformed
@@ -277,6 +305,7 @@ def run_file(
         console.print(f"malformed messages set aside: {malformed}")
     else:
         console.print(summary_table(run))
+    print_errors(run, console)
     if hasattr(module, "summary"):
         module.summary(conf, console)
     return run

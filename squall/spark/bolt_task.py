@@ -32,12 +32,13 @@ from typing import Any
 from pyspark import cloudpickle
 
 from squall.model.components import BasicBolt, StatefulBolt
+from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
 from squall.model.state import KeyValueState, StateDelta, dump_delta
 from squall.model.topology import TopologyContext
 from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
 from squall.spark.collectors import BasicOutputCollector, OutputCollector
-from squall.spark.failures import TaskSetupError
+from squall.spark.failures import ErrorStreak, TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import RunSettings, Snapshot, TaskStatus
 from squall.spark.records import TICK_FIELDS
@@ -177,6 +178,8 @@ class BoltTask:
         self.state = KeyValueState(component, blobs=self._blobs()) if isinstance(self.bolt, StatefulBolt) else None
         self.unsaved = StateDelta()  # changes taken from the state and not yet in a written checkpoint part
         self.whole_part_due = True  # its next checkpoint part holds all of its state
+        limit = shipped.conf.get(SQUALL_MAX_REPEATED_ERRORS, DEFAULTS[SQUALL_MAX_REPEATED_ERRORS])
+        self.error_streak = ErrorStreak(component, task, limit)  # its run of one repeated error (execution.py)
         task_conf = {**shipped.conf, **spec.conf}
         try:
             if self.basic:

@@ -60,6 +60,7 @@ class LocalCluster:
         self._owned_dirs: list[str] = []
         self.runs: dict[str, TopologyRun] = {}
         self.failures: dict[str, TopologyFailed] = {}  # topologies a failure no retry can fix has stopped
+        self._surfaced: set[str] = set()  # failures taken by the caller (``take_failure``): not raised at shutdown
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._fail_back: dict[str, bool] = {}  # killed with a wait: pending trees fail back as the run stops
         self._lock = threading.RLock()
@@ -87,7 +88,7 @@ class LocalCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        self.shutdown(raise_failures=exc[0] is None)  # an exception on its way out is not hidden by another
 
     def _own_dir(self, prefix: str) -> str:
         path = tempfile.mkdtemp(prefix=prefix)
@@ -125,6 +126,7 @@ class LocalCluster:
         if name in self.runs:
             raise SquallError(f"a topology named {name!r} is already running")
         self.failures.pop(name, None)
+        self._surfaced.discard(name)
         if isinstance(topology, TransactionalTopology):
             from squall.transactional.runtime import TransactionalRun
 
@@ -260,7 +262,17 @@ class LocalCluster:
     def stats(self, name: str) -> RunStats:
         return self.runs[name].stats
 
-    def shutdown(self) -> None:
+    def take_failure(self, name: str) -> TopologyFailed | None:
+        """The failure that stopped topology ``name``, if one did; once taken, ``shutdown`` does not raise it."""
+        failure = self.failures.get(name)
+        if failure is not None:
+            self._surfaced.add(name)
+        return failure
+
+    def shutdown(self, raise_failures: bool = True) -> None:
+        """Kill every topology still running and stop the SparkContext the cluster made. Then, as a Storm
+        topology that dies is visibly down, the ``TopologyFailed`` of a topology a failure stopped is raised,
+        unless the caller took it (``take_failure``) or ``raise_failures`` is false."""
         if getattr(self, "ui", None) is not None:
             self.ui.close()
             self.ui = None
@@ -277,3 +289,7 @@ class LocalCluster:
             for path in self._owned_dirs:
                 shutil.rmtree(path, ignore_errors=True)
             self._owned_dirs = []
+        untaken = [name for name in getattr(self, "failures", {}) if name not in self._surfaced]
+        if raise_failures and untaken:
+            self._surfaced.update(untaken)
+            raise self.failures[untaken[0]]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Mapping
@@ -68,10 +70,56 @@ def spark_conf(master: str, app_name: str, settings: Mapping[str, Any] | None = 
     return conf
 
 
+MIN_JAVA = 17  # what Spark 4 runs on
+JAVA_HELP = (
+    f"install a Java {MIN_JAVA}+ runtime (Debian/Ubuntu: apt-get install openjdk-{MIN_JAVA}-jre-headless) and put "
+    "its java on PATH or set JAVA_HOME to it"
+)
+
+
+def java_major(version_text: str) -> int | None:
+    """The major version in ``java -version``'s output: 17 for ``version "17.0.15"``, 8 for ``"1.8.0_292"``."""
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', version_text)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2)) if major == 1 and found.group(2) else major
+
+
+def check_java(environ: Mapping[str, str] | None = None) -> None:
+    """The java Spark's launcher will run (``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``, as
+    ``spark-class`` chooses) exists and is Java 17 or newer, or ``SquallError`` in one line saying what to
+    install, instead of PySpark's ``JAVA_GATEWAY_EXITED`` traceback."""
+    env = os.environ if environ is None else environ
+    home = env.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise SquallError(
+                f"Spark needs Java {MIN_JAVA}+, and JAVA_HOME is {home} but it has no bin/java: {JAVA_HELP}"
+            )
+    else:
+        java = shutil.which("java", path=env.get("PATH"))
+        if java is None:
+            raise SquallError(
+                f"Spark needs Java {MIN_JAVA}+, and there is no java on PATH nor JAVA_HOME set: {JAVA_HELP}"
+            )
+    try:
+        shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, env=dict(env))
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SquallError(f"Spark needs Java {MIN_JAVA}+, and {java} does not run ({exc}): {JAVA_HELP}") from exc
+    major = java_major(shown.stderr + shown.stdout)
+    if major is None:
+        log.warning("could not tell the version of %s; Spark needs Java %d+", java, MIN_JAVA)
+    elif major < MIN_JAVA:
+        raise SquallError(f"Spark needs Java {MIN_JAVA}+, and {java} is Java {major}: {JAVA_HELP}")
+
+
 def spark_context(
     master: str, app_name: str = "squall", settings: Mapping[str, Any] | None = None, ui: bool = False
 ) -> tuple[SparkContext, bool]:
-    """The active SparkContext, or a new one on ``master``; True if this call created it."""
+    """The active SparkContext, or a new one on ``master``; True if this call created it. Before Spark's JVM
+    first starts in this process, ``check_java`` says whether it can."""
     active = SparkContext._active_spark_context
     if active is not None:
         if settings:
@@ -87,6 +135,8 @@ def spark_context(
         os.environ["PYSPARK_PYTHON"] = str(python)
     else:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # no JVM yet: one starts
+        check_java()
     local_ip = os.environ.get("SPARK_LOCAL_IP")
     if runs_on_this_machine(master) and local_ip is None:
         os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark's servers, its UI too, on loopback only

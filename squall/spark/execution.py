@@ -31,12 +31,16 @@ log = logging.getLogger("squall.worker")
     edge=cython.ulonglong,
     i=cython.Py_ssize_t,
     n=cython.Py_ssize_t,
+    raised_at=cython.Py_ssize_t,
 )
 @cython.annotation_typing(True)  # for the two views' declarations below
 def execute_batch(task: BoltTask, batch: Batch) -> None:
     """Each row as a ``Tuple`` through the task's bolt, in order; a row that raises fails and the rest go on.
 
-    A basic bolt's rows are acked together once the batch is done (``OutputCollector.ack_batch``).
+    A basic bolt's rows are acked together once the batch is done (``OutputCollector.ack_batch``). A row that
+    raises extends the task's ``error_streak`` when the row before it raised too (or, for the first row, when no
+    row has gone through since the last error); a row that goes through ends it. Once the streak reaches
+    ``squall.max.repeated.errors``, the wave's status says so and the driver stops the topology.
     """
     started = time.perf_counter()
     component, source, trees = batch.component, batch.source, batch.trees
@@ -46,6 +50,8 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
     execute = task.bolt.execute
     fields_of, last_stream, fields = task.fields_of, None, None
     failed: list[int] = []  # rows that raised or failed
+    streak = task.error_streak
+    raised_at = -1  # the last row that raised
     streams, rows = batch.streams, batch.values
     n = len(rows)
     # A basic bolt's rows are acked from the batch's own columns: its tuples need no edge of their own.
@@ -88,8 +94,13 @@ def execute_batch(task: BoltTask, batch: Batch) -> None:
         except Exception as exc:
             log.error("%s task %d failed %r", task.component, task.task, tup, exc_info=True)
             collector.report_error(exc)
+            if streak.raised(exc, i == raised_at + 1) and collector.status.repeated is None:
+                collector.status.repeated = streak.stop  # the wave's first, which reached the limit
+            raised_at = i
             collector.fail(tup)
             failed.append(i)
+    if raised_at != n - 1 and streak.count:  # a row went through after the last error
+        streak.progressed()
     if basic_collector is not None:
         collector.ack_batch(batch, failed)
     collector.status.busy_seconds += time.perf_counter() - started

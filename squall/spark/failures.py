@@ -5,22 +5,91 @@ raises) raises ``TaskSetupError``, whose message carries ``FATAL_MARK``. Spark
 retries the task; when every attempt fails, the job's error holds the worker's
 traceback, and ``stop_reason`` finds the mark in it. Failures without the mark
 are retried by the caller until ``limit`` of them come in a row.
+
+A task's same uncaught error, again and again with no progress in between
+(``ErrorStreak``, ``squall.max.repeated.errors``), stops the topology too: as
+an uncaught exception kills a Storm worker, rather than run on forever.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import traceback
 
 from squall.model.errors import FATAL_MARK, SquallError
 
 
 class TaskSetupError(SquallError):
-    """A task that cannot be set up on a worker; its message names the component, the task and the cause."""
+    """A task that cannot be set up on a worker. Its message's first line names the component, the task and the
+    cause (the mark is read back line by line); the cause's traceback follows, for the run's errors and its log."""
 
     def __init__(self, component: str, task: int, what: str, cause: BaseException) -> None:
         lines = [line.strip() for line in "".join(traceback.format_exception_only(cause)).splitlines()]
-        cause_text = " | ".join(line for line in lines if line)  # one line: the mark is read back line by line
-        super().__init__(f"{FATAL_MARK} component {component!r} task {task}: {what}: {cause_text}")
+        cause_text = " | ".join(line for line in lines if line)
+        trace = "".join(traceback.format_exception(cause)).rstrip()
+        super().__init__(f"{FATAL_MARK} component {component!r} task {task}: {what}: {cause_text}\n{trace}")
+
+
+_ORIGIN = re.compile(r"component ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") task (\d+): ")
+
+
+def setup_error_origin(message: str) -> tuple[str, int, str] | None:
+    """``(component, task, text)`` of a ``TaskSetupError``'s message (as a worker's ``WorkerFailed`` carries it):
+    the text without the mark, its traceback included; None for a message of another kind."""
+    at = message.find(FATAL_MARK)
+    if at < 0:
+        return None
+    text = message[at + len(FATAL_MARK) :].strip()
+    found = _ORIGIN.match(text)
+    if found is None:
+        return None
+    return ast.literal_eval(found.group(1)), int(found.group(2)), text
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")  # an object's address in its repr: not part of what makes errors the same
+
+
+class ErrorStreak:
+    """One task's run of the same uncaught error with no progress in between (``squall.max.repeated.errors``).
+
+    An error extends the run when it has the same type and message (memory addresses such as ``0x7f3a...`` in an
+    object's repr aside) as the one before it and the task made no progress since (``contiguous``); any other
+    error starts a new run at 1, and ``progressed()`` ends the run. What counts as an error and as progress is
+    the caller's: a bolt task's ``execute`` that raises, and one that returns (or raises ``FailedException``); a
+    spout task's ``next_tuple``, ``ack``, ``fail``, ``activate`` or ``deactivate`` that raises, and an emit.
+    ``raised`` says True, and ``stop`` why, when the run has reached ``limit`` (None: never)."""
+
+    __slots__ = ("component", "count", "key", "limit", "stop", "task")
+
+    def __init__(self, component: str, task: int, limit: int | None) -> None:
+        self.component, self.task, self.limit = component, task, limit
+        self.key: tuple[str, str] | None = None
+        self.count = 0
+        self.stop: str | None = None
+
+    def raised(self, error: BaseException, contiguous: bool = True) -> bool:
+        try:
+            message = str(error)
+        except Exception:  # an exception whose __str__ raises is still the same kind of error
+            message = ""
+        kind = type(error)
+        key = (f"{kind.__module__}.{kind.__qualname__}", _ADDRESS.sub("0x", message))
+        if contiguous and key == self.key:
+            self.count += 1
+        else:
+            self.key, self.count = key, 1
+        if self.limit is None or self.count < self.limit:
+            return False
+        trace = "".join(traceback.format_exception(error)).rstrip()
+        self.stop = (
+            f"component {self.component!r} task {self.task} raised the same error {self.count} times in a row with "
+            f"no progress in between (squall.max.repeated.errors is {self.limit}); the last one:\n{trace}"
+        )
+        return True
+
+    def progressed(self) -> None:
+        self.key, self.count = None, 0
 
 
 def python_error_line(text: str) -> str | None:

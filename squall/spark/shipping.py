@@ -78,13 +78,57 @@ class ShippedTopology:
 
 
 def pickle_component(component: str, obj: Any) -> bytes:
+    """``obj`` pickled to travel to the workers, or ``SquallError`` naming the component, the attributes that
+    cannot travel, and where to make them instead."""
     try:
         return pack(obj)
     except Exception as exc:
-        raise SquallError(
-            f"component {component!r} ({type(obj).__name__}) cannot be serialized to ship it to Spark's workers: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+        raise SquallError(unshippable_message(component, obj, exc)) from exc
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    found = dict(getattr(obj, "__dict__", None) or {})
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if isinstance(name, str) and name not in found and hasattr(obj, name):
+                found[name] = getattr(obj, name)
+    return found
+
+
+def unshippable_message(component: str, obj: Any, error: BaseException) -> str:
+    """What a component that cannot be pickled is told: which of its attributes cannot be, and that a resource
+    (a connection, a lock, a file, a client) is made in ``prepare()`` (a spout's: ``open()``), which runs on the
+    worker, rather than in ``__init__``, which runs where the topology is declared."""
+    bad = []
+    for name, value in _attributes(obj).items():
+        try:
+            pack(value)
+        except Exception as exc:
+            bad.append(f"{name!r} ({type(value).__name__}: {type(exc).__name__}: {exc})")
+    method = "open()" if callable(getattr(obj, "next_tuple", None)) else "prepare()"
+    if bad:
+        named = f"attribute {bad[0]}" if len(bad) == 1 else f"attributes {', '.join(bad)}"
+        cause = f"{named} cannot be pickled"
+    else:
+        cause = f"{type(error).__name__}: {error}"
+    return (
+        f"component {component!r} ({type(obj).__name__}) cannot be serialized to ship it to Spark's workers: "
+        f"{cause}. Create the resource in {method}, which runs on the worker, not in __init__, which runs where "
+        "the topology is declared"
+    )
+
+
+def check_shippable(topology: Any) -> None:
+    """Every component of ``topology`` (a transactional topology's spout too) can be pickled to travel to the
+    workers, or ``SquallError`` naming the first that cannot: ``squall run`` checks before Spark starts."""
+    ship_user_modules()
+    graph = getattr(topology, "topology", topology)  # a transactional topology wraps its graph
+    objects = {cid: spec.obj for cid, spec in graph.components.items()}
+    spout_id = getattr(topology, "spout_id", None)
+    if spout_id is not None:
+        objects[spout_id] = topology.spout
+    for cid, obj in objects.items():
+        pickle_component(cid, obj)
 
 
 def ship_topology(

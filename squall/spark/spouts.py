@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
+from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
+from squall.spark.failures import ErrorStreak
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
@@ -113,7 +115,7 @@ class SpoutOutputCollector:
         self._host.emit(self._component, self._task, stream, values, msg_id, [task])
 
     def report_error(self, error: BaseException) -> None:
-        self._host.error(self._component, self._task, "reported an error", error)
+        self._host.error(self._component, self._task, "reported an error", error, uncaught=False)
 
     def report_malformed(self, what: str) -> None:
         """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
@@ -188,6 +190,10 @@ class SpoutHost:
         self.closed = False
         self._component_stats = {component: stats.of(component) for component in topology.spouts}
         self._task_stats = {s.task: stats.of_task(s.component, s.task) for s in self.tasks}
+        limit = conf.get(SQUALL_MAX_REPEATED_ERRORS, DEFAULTS[SQUALL_MAX_REPEATED_ERRORS])
+        # Each task's run of one repeated uncaught error; an emit is its progress (failures.ErrorStreak).
+        self._streaks = {s.task: ErrorStreak(s.component, s.task, limit) for s in self.tasks}
+        self.repeated: dict[int, str] = {}  # task -> why its run of one repeated error stops the topology
 
     def emit(self, component: str, task: int, stream: str, values: tuple, msg_id: Any, targets: list[int]) -> list[int]:
         self.emits += 1
@@ -254,6 +260,7 @@ class SpoutHost:
             try:
                 s.spout.open(s.conf, s.context, s.collector)
             except Exception as exc:
+                self.error(s.component, s.task, "open() raised", exc, uncaught=False)  # a setup error, not a streak
                 raise TopologyFailed(f"spout {s.component!r} task {s.task}: open() raised {exc!r}") from exc
 
     def call(self, emits_per_task: int) -> int:
@@ -276,10 +283,15 @@ class SpoutHost:
                 try:
                     next_tuple()
                 except Exception as exc:
+                    if self.emits != emitted:  # it emitted before raising: progress, then the error
+                        self._streaks[s.task].progressed()
                     self.error(s.component, s.task, "raised in next_tuple()", exc)
                     break
                 if self.emits == emitted:
                     break
+                streak = self._streaks[s.task]
+                if streak.count:
+                    streak.progressed()
                 left -= self.emits - emitted
         acks, self._immediate_acks = self._immediate_acks, []
         for task, msg_id in acks:
@@ -368,14 +380,18 @@ class SpoutHost:
         except Exception as exc:
             self.error(spout.component, spout.task, f"raised in {method}({', '.join(map(repr, args))})", exc)
 
-    def error(self, component: str, task: int, what: str, error: BaseException) -> None:
+    def error(self, component: str, task: int, what: str, error: BaseException, uncaught: bool = True) -> None:
         """A spout task raised or reported ``error``: counted, logged, and kept among the run's last errors;
-        the topology goes on."""
+        the topology goes on, unless an ``uncaught`` one is the task's same error ``squall.max.repeated.errors``
+        times in a row with no emit in between (``repeated`` then says why, for the driver)."""
         self.stats.of(component).errors += 1
         self._task_stats[task].errors += 1
         log.error("spout %s task %d %s", component, task, what, exc_info=error)
         text = "".join(traceback.format_exception(error))
         self.stats.record_error(component, task, f"{component} task {task} {what}: {text}")
+        streak = self._streaks.get(task)
+        if uncaught and streak is not None and streak.raised(error):
+            self.repeated.setdefault(task, streak.stop)  # the first, which reached the limit, until reported
 
     @property
     def wanted_active(self) -> bool:

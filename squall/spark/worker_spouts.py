@@ -209,6 +209,7 @@ class WorkerSpouts:
                     stats.malformed,
                     errors[s.task],
                     latencies,
+                    self.host.repeated.pop(s.task, None),
                 ),
             )
             stats.emitted = stats.acked = stats.failed = stats.timed_out = stats.malformed = stats.errors = 0
