@@ -138,9 +138,10 @@ class ZooKeeperServer:
             self.process.wait(timeout=30)
 
 
-def KafkaServer(directory: Path):
-    """squall's ``LocalKafkaBroker``: Apache Kafka in KRaft mode on free loopback ports, its log in ``directory``.
-    Its jars come from Maven Central once (``scripts/ensure-kafka.sh``, cached outside the work tree)."""
+def KafkaServer(directory: Path, **options):
+    """squall's ``LocalKafkaBroker``: Apache Kafka in KRaft mode on free loopback ports, its log in ``directory``
+    (``options``: the broker's, as ``scram_users``). Its jars come from Maven Central once
+    (``scripts/ensure-kafka.sh``, cached outside the work tree)."""
     from squall.connectors.kafka.local_broker import KAFKA_VERSION, LocalKafkaBroker, kafka_home
 
     require("java", "openjdk-17-jre-headless")
@@ -153,7 +154,7 @@ def KafkaServer(directory: Path):
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must run every server test")
         pytest.skip(message)
-    return LocalKafkaBroker(directory)
+    return LocalKafkaBroker(directory, **options)
 
 
 class RabbitMQServer:

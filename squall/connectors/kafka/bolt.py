@@ -10,6 +10,10 @@ transaction, at the batch's commit, in txid order. Beside the records, the trans
 as an offset of a guard group of the committer's own; a replayed txid that the guard already holds is not
 written again. A ``read_committed`` consumer therefore sees each batch exactly once, across replays, worker
 kills and driver kills.
+
+Both take the user's client settings: ``producer_config`` over config ``squall.kafka.client.config``. The
+committer's guard consumer gets the connection's settings of those (security.protocol, sasl.*, ssl.*:
+``client.connection_config``), so that on a secured cluster it reads the txid with the same credentials.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class KafkaBolt(Bolt):
         self._collector = collector
         self._name = f"bolt {context.component_id} task {context.task_id}"
         self._servers = client.servers_from(self.bootstrap_servers, conf, self._name)
-        self._producer = client.producer(self._servers, self.producer_config)
+        settings = {**client.topology_client_config(conf), **self.producer_config}
+        self._producer = client.producer(self._servers, settings)
         client.check_reachable(self._producer, self._servers, self._name)
         self._delivered: list[tuple[Any, Any]] = []  # (tuple, error or None), from delivery reports
 
@@ -126,7 +131,8 @@ class KafkaCommitter(BatchBolt, Committer):
     ``topic`` is a name or a function of the tuple; ``mapper`` as for ``KafkaBolt``. The transactional id is
     ``<topology>-<component>-<task>`` unless ``transactional_id_prefix`` is given; the guard group is
     ``<transactional id>.txid``, and its offset lives on ``guard_topic`` partition 0 (by default the topic
-    itself, which must then be a name)."""
+    itself, which must then be a name). ``producer_config`` adds librdkafka settings, security ones included;
+    the guard consumer gets its connection settings."""
 
     outputs = ()
 
@@ -150,12 +156,13 @@ class KafkaCommitter(BatchBolt, Committer):
         prefix = self.transactional_id_prefix or f"{conf.get(TOPOLOGY_NAME) or 'squall'}-{context.component_id}"
         self._id = f"{prefix}-{context.task_id}"
         self._txid, self._rows = batch_id.txid, []
+        self._settings = {**client.topology_client_config(conf), **self.producer_config}
 
     def execute(self, tup) -> None:
         self._rows.append((_topic_of(self.topic, tup), *self.mapper(tup)))
 
     def finish_batch(self) -> None:
-        writer = _TransactionalWriter.of(self.bootstrap_servers, self._id, self.producer_config)
+        writer = _TransactionalWriter.of(self.bootstrap_servers, self._id, self._settings)
         writer.write_once(self._txid, self.guard_topic, self._rows)
 
 
@@ -174,8 +181,10 @@ class _TransactionalWriter:
     def __init__(self, servers: str, transactional_id: str, extra: dict) -> None:
         self.servers, self.id = servers, transactional_id
         self.producer = client.producer(servers, {"transactional.id": transactional_id, **extra})
+        client.check_reachable(self.producer, servers, f"committer {transactional_id}")
         self.producer.init_transactions(30)  # fences an older producer of this id and aborts what it left open
-        self.guard = client.consumer(servers, f"{transactional_id}.txid")
+        self.guard = client.consumer(servers, f"{transactional_id}.txid", client.connection_config(extra))
+        client.check_reachable(self.guard, servers, f"committer {transactional_id}: its txid guard")
 
     def last_txid(self, guard_topic: str) -> int:
         asked = [TopicPartition(guard_topic, 0)]

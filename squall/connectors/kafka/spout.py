@@ -16,7 +16,15 @@ again every ``partition_refresh_period_ms`` so that new partitions and topics ar
 where squall runs spouts: on the executors under ``LocalCluster`` and ``squall run``.
 
 A record the translator cannot decode is malformed: logged, counted, acked (it never blocks its partition),
-and copied to ``dead_letter_topic`` if one is set.
+and copied to ``dead_letter_topic`` if one is set. Under ``AT_LEAST_ONCE`` such a record is acked only once Kafka
+confirms its copy (the dead-letter producer's delivery report): a copy that fails is an error, reported and
+counted, and is sent again after the ``retry`` backoff, its offset held back meanwhile, as a failed tuple's is; a
+copy still unconfirmed when the spout closes (after a flush of up to ``DEAD_LETTER_FLUSH_SECS``) leaves its
+record uncommitted, to be read, and copied, again. Kafka Connect's dead-letter queue holds offsets the same way.
+
+Every Kafka client the spout makes gets the user's settings: its consumer ``consumer_config`` over config
+``squall.kafka.client.config``; its dead-letter producer the connection's settings of both (security.protocol,
+sasl.*, ssl.*: ``client.connection_config``) under ``dead_letter_config``.
 """
 
 from __future__ import annotations
@@ -169,6 +177,7 @@ class _Chunk:
 
 
 REFRESH_TIMEOUT = 1.0  # seconds a partition refresh may wait for metadata: the spout's thread must not stall
+DEAD_LETTER_FLUSH_SECS = 10.0  # at close, how long the dead-letter copies in flight get to be confirmed
 
 
 class KafkaSpout(Spout):
@@ -176,7 +185,10 @@ class KafkaSpout(Spout):
 
     ``bootstrap_servers`` defaults to config ``squall.kafka.bootstrap.servers``. ``translator`` maps a record to
     a tuple (default: ``RecordTranslator``); a plain function needs ``fields`` (or ``streams``) declared.
-    ``consumer_config`` adds librdkafka settings (``max.poll.records`` has no equivalent: ``poll_records``)."""
+    ``consumer_config`` adds librdkafka settings (``max.poll.records`` has no equivalent: ``poll_records``),
+    security settings included (``security.protocol``, ``sasl.*``, ``ssl.*``), over config
+    ``squall.kafka.client.config``. ``dead_letter_config`` adds producer settings for the dead-letter copies
+    (``message.timeout.ms``...), over the connection's settings of those two."""
 
     def __init__(
         self,
@@ -198,6 +210,7 @@ class KafkaSpout(Spout):
         retry: RetryExponentialBackoff | None = None,
         dead_letter_topic: str | None = None,
         consumer_config: Mapping[str, Any] | None = None,
+        dead_letter_config: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(topics, str):
             topics = [topics]
@@ -231,6 +244,7 @@ class KafkaSpout(Spout):
         self.retry = retry or RetryExponentialBackoff()
         self.dead_letter_topic = dead_letter_topic
         self.consumer_config = dict(consumer_config or {})
+        self.dead_letter_config = dict(dead_letter_config or {})
         self.given_up = 0  # records past their maximum retries, in this task
 
     # -- lifecycle -------------------------------------------------------------
@@ -243,11 +257,19 @@ class KafkaSpout(Spout):
             {"topology": conf.get(TOPOLOGY_NAME), "run": conf.get(SQUALL_RUN_ID), "task": context.task_id}
         )
         self._run = conf.get(SQUALL_RUN_ID)
+        shared = client.topology_client_config(conf)
         self._consumer = client.consumer(
-            self._servers, self.group_id, {"on_commit": self._committed, **self.consumer_config}
+            self._servers, self.group_id, {**shared, "on_commit": self._committed, **self.consumer_config}
         )
         client.check_reachable(self._consumer, self._servers, self._name)
+        self._dead_letter_settings = {
+            **client.connection_config(shared),
+            **client.connection_config(self.consumer_config),
+            **self.dead_letter_config,
+        }
         self._producer = None  # for the dead-letter topic, made on first use
+        self._dead_lettering: dict[MsgId, tuple[Any, Any, dict]] = {}  # copies not yet confirmed: value, key, headers
+        self._dead_letter_reports: list[tuple[MsgId, Any]] = []  # delivery reports not yet handled: (msg id, error)
         self._offsets: dict[tuple[str, int], OffsetManager] = {}  # the partitions this task reads
         self._paused: set[tuple[str, int]] = set()
         self._unsent: dict[tuple[str, int], int] = {}  # offsets whose commit failed, to commit again
@@ -270,11 +292,10 @@ class KafkaSpout(Spout):
 
     def close(self) -> None:
         try:
+            self._flush_dead_letters(DEAD_LETTER_FLUSH_SECS)
             self._commit(final=True)
         finally:
             self._consumer.close()
-            if self._producer is not None:
-                self._producer.flush(10)
 
     # -- assignment -------------------------------------------------------------
     def _partitions(self) -> list[tuple[str, int]]:
@@ -307,6 +328,7 @@ class KafkaSpout(Spout):
             self._in_flight = {m: v for m, v in self._in_flight.items() if m[:2] not in revoked}
             self._retries.forget_where(lambda m: m[:2] not in revoked)
             self._due = deque(m for m in self._due if m[:2] not in revoked)
+            self._dead_lettering = {m: c for m, c in self._dead_lettering.items() if m[:2] not in revoked}
             log.info("%s: partitions %s moved to other tasks", self._name, sorted(revoked))
         if added:
             starts = self._first_offsets(added)
@@ -375,7 +397,10 @@ class KafkaSpout(Spout):
                     self.ack(msg_id)
 
     def _housekeeping(self) -> None:
-        """Between polls: look for new partitions, and commit, when their periods have passed."""
+        """Between polls: settle the dead-letter copies Kafka confirmed or refused, look for new partitions, and
+        commit, when their periods have passed."""
+        if self._producer is not None:
+            self._settle_dead_letters()
         clock = time.monotonic()
         if clock - self._last_refresh > self.partition_refresh_period_ms / 1000.0:
             self._refresh_assignment()
@@ -389,6 +414,10 @@ class KafkaSpout(Spout):
         self._due.extend(self._retries.due(now()))
         while self._due:
             msg_id = self._due.popleft()
+            copy = self._dead_lettering.get(msg_id)
+            if copy is not None:  # a dead-letter copy Kafka refused: sent again
+                self._send_dead_letter(msg_id, copy)
+                return True
             if msg_id in self._in_flight:
                 stream, values = self._in_flight[msg_id]
                 self._collector.emit(values, stream=stream, msg_id=msg_id)
@@ -429,7 +458,8 @@ class KafkaSpout(Spout):
             try:
                 result = translate(record)
             except (MalformedMessage, ValueError, UnicodeDecodeError) as exc:
-                self._malformed(record, exc)
+                if self._malformed(record, exc):
+                    continue  # acked once its dead-letter copy is confirmed
                 result = None
             if result is None:
                 if not emit_nulls:
@@ -468,16 +498,90 @@ class KafkaSpout(Spout):
                 self._consumer.resume([TopicPartition(t, p) for t, p in self._paused - full])
             self._paused = full
 
-    def _malformed(self, record: Any, error: BaseException) -> None:
+    def _malformed(self, record: Any, error: BaseException) -> bool:
+        """Report a record the translator refused and copy it to the dead-letter topic, if any; True when the
+        record is acked only once its copy is confirmed (``AT_LEAST_ONCE``)."""
         where = f"topic {record.topic()} partition {record.partition()} offset {record.offset()}"
-        moved = f"; copied to {self.dead_letter_topic}" if self.dead_letter_topic else ""
-        self._collector.report_malformed(f"{where}: {error}{moved}; acked")
-        if self.dead_letter_topic:
-            if self._producer is None:
-                self._producer = client.producer(self._servers)
-            headers = {"squall.reason": str(error)[:500], "squall.source": where}
-            self._producer.produce(self.dead_letter_topic, value=record.value(), key=record.key(), headers=headers)
-            self._producer.poll(0)
+        if not self.dead_letter_topic:
+            self._collector.report_malformed(f"{where}: {error}; acked")
+            return False
+        tracked = self.processing_guarantee is ProcessingGuarantee.AT_LEAST_ONCE
+        then = "acked once the copy is confirmed" if tracked else "acked"
+        self._collector.report_malformed(f"{where}: {error}; copied to {self.dead_letter_topic}, {then}")
+        msg_id = (record.topic(), record.partition(), record.offset())
+        copy = (record.value(), record.key(), {"squall.reason": str(error)[:500], "squall.source": where})
+        if tracked:
+            self._dead_lettering[msg_id] = copy
+        self._send_dead_letter(msg_id, copy)
+        return tracked
+
+    def _send_dead_letter(self, msg_id: MsgId, copy: tuple[Any, Any, dict]) -> None:
+        if self._producer is None:
+            self._producer = client.producer(self._servers, self._dead_letter_settings)
+        value, key, headers = copy
+
+        def delivered(error: Any, _message: Any) -> None:
+            self._dead_letter_reports.append((msg_id, error))
+
+        while True:
+            try:
+                self._producer.produce(
+                    self.dead_letter_topic, value=value, key=key, headers=headers, on_delivery=delivered
+                )
+                break
+            except BufferError:  # the producer's queue is full: let deliveries drain it
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def _settle_dead_letters(self) -> None:
+        """Handle the dead-letter delivery reports that came: a confirmed copy acks its record; a refused one is
+        an error, and the copy is sent again after its backoff (given up past ``max_retries``, as a record
+        is)."""
+        self._producer.poll(0)
+        reports, self._dead_letter_reports = self._dead_letter_reports, []
+        for msg_id, error in reports:
+            if error is None:
+                if self._dead_lettering.pop(msg_id, None) is not None:
+                    self._retries.forget(msg_id)
+                    self._offsets[msg_id[:2]].acked(msg_id[2])
+                continue
+            where = f"topic {msg_id[0]} partition {msg_id[1]} offset {msg_id[2]}"
+            if msg_id not in self._dead_lettering:  # not tracked (AT_MOST_ONCE, NO_GUARANTEE), or revoked
+                self._collector.report_error(
+                    RuntimeError(f"{self._name}: the copy of {where} to {self.dead_letter_topic} failed: {error}")
+                )
+                continue
+            if self._retries.schedule(msg_id, now()):
+                self._collector.report_error(
+                    RuntimeError(
+                        f"{self._name}: the copy of {where} to {self.dead_letter_topic} failed: {error}; "
+                        "not acked, sent again after its backoff"
+                    )
+                )
+            else:
+                self.given_up += 1
+                del self._dead_lettering[msg_id]
+                self._retries.forget(msg_id)
+                self._offsets[msg_id[:2]].acked(msg_id[2])
+                self._collector.report_error(
+                    RuntimeError(
+                        f"{self._name}: the copy of {where} to {self.dead_letter_topic} failed more than "
+                        f"{self.retry.max_retries} times ({error}); given up"
+                    )
+                )
+
+    def _flush_dead_letters(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the copies in flight to be confirmed, and settle them."""
+        if self._producer is None:
+            return
+        left = self._producer.flush(timeout)
+        self._settle_dead_letters()
+        if left:
+            log.error(
+                "%s: %d dead-letter copies to %s not confirmed within %gs; their records stay uncommitted, to be "
+                "read and copied again",
+                *(self._name, left, self.dead_letter_topic, timeout),
+            )
 
     # -- acking -------------------------------------------------------------------
     def ack(self, msg_id: MsgId) -> None:
