@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
 import click
+
+CONF_FILE_HELP = (
+    "a JSON object of config keys to values (secrets kept out of the command line); --conf values override it"
+)
+
+
+def read_conf_file(path: str | None) -> dict:
+    """The config in ``path``: a JSON object, ``{"key": value, ...}``, values of any JSON type."""
+    from squall.model.errors import SquallError
+
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as source:
+            conf = json.load(source)
+    except OSError as exc:
+        raise SquallError(f"--conf-file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SquallError(f"--conf-file {path} is not JSON: {exc}") from None
+    if not isinstance(conf, dict):
+        raise SquallError(f"--conf-file {path} must hold a JSON object of config keys, got {type(conf).__name__}")
+    return conf
+
+
+def conf_pairs_with(conf_file: str | None, pairs: list[str]) -> list[str]:
+    """``--conf-file``'s config under the ``--conf`` pairs, every ``${NAME}`` expanded from the environment, as
+    ``key=JSON`` pairs (what ``squall run`` takes): the values never appear on a command line."""
+    from squall.model.config import expand_env
+    from squall.runner import parse_conf_pairs
+
+    conf = expand_env({**read_conf_file(conf_file), **parse_conf_pairs(pairs)})
+    return [f"{key}={json.dumps(value)}" for key, value in conf.items()]
 
 
 @click.group()
@@ -21,6 +54,7 @@ def main(verbose: bool) -> None:
 @main.command()
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="config, repeatable")
+@click.option("--conf-file", type=click.Path(exists=True, dir_okay=False), help=CONF_FILE_HELP)
 @click.option(
     "--spark-conf",
     "spark_pairs",
@@ -48,20 +82,28 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="on Ctrl-C, seconds pending trees get to finish before they are failed back to their source",
 )
-def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs, ui_port, ui_host, no_ui, kill_wait) -> None:
-    """Run the topology a file declares, with progress, a web UI and a closing summary."""
+def run(
+    path, conf_pairs, conf_file, spark_pairs, master, name, duration, idle_secs, ui_port, ui_host, no_ui, kill_wait
+) -> None:
+    """Run the topology a file declares, with progress, a web UI and a closing summary.
+
+    Config comes from the file's CONF, then --conf-file, then --conf; ${NAME} in a value is the environment
+    variable NAME."""
+    from squall.model.config import expand_env
     from squall.model.errors import SquallError
-    from squall.runner import run_file
+    from squall.runner import parse_spark_pairs, run_file
 
     try:
+        pairs = conf_pairs_with(conf_file, list(conf_pairs))
+        spark = [f"{k}={v}" for k, v in expand_env(parse_spark_pairs(list(spark_pairs))).items()]
         run_file(
             path,
-            list(conf_pairs),
+            pairs,
             master,
             name,
             duration,
             idle_secs,
-            spark_pairs=list(spark_pairs),
+            spark_pairs=spark,
             ui_port=ui_port,
             ui_host=ui_host,
             ui=not no_ui,
@@ -76,16 +118,18 @@ def run(path, conf_pairs, spark_pairs, master, name, duration, idle_secs, ui_por
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
 @click.option("--conf", "conf_pairs", multiple=True, metavar="KEY=VALUE", help="config for build_topology, repeatable")
+@click.option("--conf-file", type=click.Path(exists=True, dir_okay=False), help=CONF_FILE_HELP)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="write here (default: stdout)")
-def visualize(path, fmt, conf_pairs, output) -> None:
+def visualize(path, fmt, conf_pairs, conf_file, output) -> None:
     """Write the graph of the topology a file declares, as Mermaid or Graphviz DOT."""
     from squall.model.drawing import draw
     from squall.model.errors import SquallError
     from squall.runner import load_module, parse_conf_pairs, topology_of
 
     try:
+        conf = parse_conf_pairs(conf_pairs_with(conf_file, list(conf_pairs)))
         module = load_module(path)
-        topology = topology_of(module, {**getattr(module, "CONF", {}), **parse_conf_pairs(list(conf_pairs))})
+        topology = topology_of(module, {**getattr(module, "CONF", {}), **conf})
     except SquallError as exc:
         click.echo(f"squall: {exc}", err=True)
         sys.exit(1)
@@ -103,10 +147,19 @@ def _url_option(command):
     )(command)
 
 
-def _client(url: str):
+def _token_option(command):
+    return click.option(
+        "--token",
+        envvar="SQUALL_UI_TOKEN",
+        help="the server's token (default: $SQUALL_UI_TOKEN, else the token file a squall run on this machine wrote"
+        " for the URL's host and port); needed for a squall run on another machine",
+    )(command)
+
+
+def _client(url: str, token: str | None = None):
     from squall.ui.client import UIClient
 
-    return UIClient(url)
+    return UIClient(url, token=token)
 
 
 def _fail(exc: Exception) -> None:
@@ -114,12 +167,12 @@ def _fail(exc: Exception) -> None:
     sys.exit(1)
 
 
-def _control(url: str, name: str, action: str, done: str, wait: float | None = None) -> None:
+def _control(url: str, name: str, action: str, done: str, wait: float | None = None, token: str | None = None) -> None:
     """``action`` on topology ``name`` through the REST API, with the token; says ``done`` or why not."""
     from squall.model.errors import SquallError
 
     try:
-        _client(url).control(name, action, wait)
+        _client(url, token).control(name, action, wait)
     except SquallError as exc:
         _fail(exc)
     click.echo(f"{done} {name}")
@@ -150,26 +203,29 @@ def list_topologies(url: str) -> None:
 @click.argument("name")
 @click.option("--wait", "-w", type=float, default=30.0, show_default=True, help="seconds pending trees get to finish")
 @_url_option
-def kill(name: str, wait: float, url: str) -> None:
+@_token_option
+def kill(name: str, wait: float, url: str, token: str | None) -> None:
     """Stop a topology as storm kill -w does: deactivate its spouts, let pending trees finish for up to WAIT
     seconds, fail those left back to their source, and close it."""
-    _control(url, name, "kill", "killed", wait)
+    _control(url, name, "kill", "killed", wait, token)
 
 
 @main.command()
 @click.argument("name")
 @_url_option
-def deactivate(name: str, url: str) -> None:
+@_token_option
+def deactivate(name: str, url: str, token: str | None) -> None:
     """Pause a topology's spouts (Storm's deactivate)."""
-    _control(url, name, "deactivate", "deactivated")
+    _control(url, name, "deactivate", "deactivated", token=token)
 
 
 @main.command()
 @click.argument("name")
 @_url_option
-def activate(name: str, url: str) -> None:
+@_token_option
+def activate(name: str, url: str, token: str | None) -> None:
     """Resume a topology's spouts (Storm's activate)."""
-    _control(url, name, "activate", "activated")
+    _control(url, name, "activate", "activated", token=token)
 
 
 @main.command()

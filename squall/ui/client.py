@@ -1,30 +1,86 @@
 """What ``squall list/kill/deactivate/activate`` say to a running ``squall run``: its REST API, in JSON.
 
-The token for mutating requests is read from the file the server wrote for its own user
-(``server.token_path``), found from the URL's host and port.
+The token for mutating requests is given (``token``, or the environment variable ``SQUALL_UI_TOKEN``), or read
+from the file a squall run on this machine wrote for its own user (``server.token_path``), found by the URL's
+host and port. A token file is used only for a URL that names the address its server binds: the same host (or,
+for a loopback server, ``localhost``, ``127.0.0.1`` or ``::1``); a server bound to every address also answers
+to this machine's own name. A URL for any other host gets no token from a file: this machine's tokens never
+leave it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from squall.model.errors import SquallError
-from squall.ui.server import token_path
+from squall.ui.server import WILDCARD, token_dir, token_path
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+TOKEN_ENV = "SQUALL_UI_TOKEN"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def _this_machine() -> set[str]:
+    """This machine's own names and the addresses they resolve to here (``/etc/hosts``)."""
+    names = {socket.gethostname().lower()}
+    try:
+        canonical, aliases, addresses = socket.gethostbyname_ex(socket.gethostname())
+        names |= {canonical.lower(), *(a.lower() for a in aliases), *addresses}
+    except OSError:
+        pass
+    return names
+
+
+def token_hosts(host: str) -> list[str]:
+    """The bound hosts whose token file may serve a URL naming ``host``, most specific first."""
+    host = host.strip("[]").lower()
+    hosts = [host]
+    if host in LOOPBACK_NAMES:
+        hosts += [name for name in LOOPBACK_NAMES if name != host]
+    if host in LOOPBACK_NAMES or host in _this_machine():
+        hosts.append(WILDCARD)  # a server bound to every address answers there too
+    return hosts
+
+
+def token_file_for(url: str) -> Path | None:
+    """The token file a squall run on this machine wrote for the server at ``url``, if there is one."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    for host in token_hosts(parts.hostname or ""):
+        path = token_path(host, port)
+        if path.is_file():
+            return path
+    return None
 
 
 class UIClient:
-    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0) -> None:
+    """``token``: the server's token for the mutating requests; by default ``$SQUALL_UI_TOKEN``, else the token
+    file a squall run on this machine wrote for ``url``'s host and port."""
+
+    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, token: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.given_token = token or os.environ.get(TOKEN_ENV) or None
 
     def _token(self) -> str:
-        path = token_path(urllib.parse.urlsplit(self.url).port or 80)
+        if self.given_token:
+            return self.given_token
+        path = token_file_for(self.url)
+        if path is None:
+            parts = urllib.parse.urlsplit(self.url)
+            raise SquallError(
+                f"no token for {self.url}: this machine's squall runs left no token file for "
+                f"{parts.hostname}:{parts.port or 80} in {token_dir()}, and a token is only sent to the host and "
+                f"port it was made for. For a squall run elsewhere, give its token: --token TOKEN, or "
+                f"{TOKEN_ENV}=TOKEN (it is in ~/.squall/ui/<host>_<port>.token on the machine that runs it)"
+            )
         try:
             return path.read_text().strip()
         except OSError as exc:
@@ -38,7 +94,7 @@ class UIClient:
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
+            with _opener.open(request, timeout=timeout or self.timeout) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             try:
@@ -60,3 +116,13 @@ class UIClient:
         if wait is not None:
             path += f"?wait={wait}"
         return self._request("POST", path, self._token(), timeout=self.timeout + (wait or 0))
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the token goes to the URL given, never to one a server names."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)

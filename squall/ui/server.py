@@ -1,9 +1,9 @@
 """The driver's web UI, REST API and Prometheus metrics, on Starlette and uvicorn, in a thread of their own.
 
 Read-only endpoints are open; the mutating ones (kill, deactivate, activate)
-need the token the server writes, at start, to a file only its user can read
-(``token_path``): ``Authorization: Bearer <token>``. The server binds to
-127.0.0.1 unless told otherwise.
+need the token the server writes, at start, to a file only its user can read,
+named by the host it binds and its port (``token_path``): ``Authorization:
+Bearer <token>``. The server binds to 127.0.0.1 unless told otherwise.
 
     GET  /                                          the page
     GET  /api/v1/topology/summary                   every topology's summary
@@ -30,6 +30,7 @@ import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import uvicorn
 from starlette.applications import Starlette
@@ -50,10 +51,21 @@ EVENT_SECS = 1.0  # the page's figures are pushed this often
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def token_path(port: int) -> Path:
-    """Where the server on ``port`` keeps its token: ``~/.squall/ui/<port>.token``, owner-only. By port alone,
-    so that ``localhost``, ``127.0.0.1`` and a server bound to every address all find it."""
-    return Path.home() / ".squall" / "ui" / f"{port}.token"
+WILDCARD = "0.0.0.0"  # the name a server bound to every address (0.0.0.0, ::) keeps its token under
+
+
+def token_dir() -> Path:
+    return Path.home() / ".squall" / "ui"
+
+
+def token_path(host: str, port: int) -> Path:
+    """Where the server bound to ``host``:``port`` keeps its token: ``~/.squall/ui/<host>_<port>.token``,
+    owner-only. By host and port, so that a client sends a token only to the address it was made for
+    (``squall.ui.client`` says which URLs those are)."""
+    name = host.strip("[]").lower()
+    if name in ("", "::", WILDCARD):
+        name = WILDCARD
+    return token_dir() / f"{quote(name, safe='.-')}_{port}.token"
 
 
 def _write_token(path: Path, token: str) -> None:
@@ -100,7 +112,7 @@ class UIServer:
             self._socket = _bind(host, 0)
         self.host, self.port = host, self._socket.getsockname()[1]
         self.token = secrets.token_urlsafe(32)
-        self.token_file = token_path(self.port)
+        self.token_file = token_path(self.host, self.port)
         _write_token(self.token_file, self.token)
         self._closing = False
         config = uvicorn.Config(
