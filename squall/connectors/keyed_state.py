@@ -10,6 +10,7 @@ batch's updates atomically.
 
 from __future__ import annotations
 
+from squall.model.urls import redact
 from squall.transactional.state import KeyedState, SqliteKeyedState
 
 
@@ -26,4 +27,6 @@ def open_keyed_state(url: str, name: str, opaque: bool = False) -> KeyedState:
         from squall.connectors.postgres import PostgresKeyedState
 
         return PostgresKeyedState(url, name, opaque=opaque)
-    raise ValueError(f"no keyed state store for {scheme}:// URLs (in {url!r}); use a path, redis:// or postgresql://")
+    raise ValueError(
+        f"no keyed state store for {scheme}:// URLs (in {redact(url)!r}); use a path, redis:// or postgresql://"
+    )
