@@ -40,6 +40,9 @@ SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves b
 # How often the workers snapshot their bolt tasks' state when spouts run on the workers (LocalCluster, squall run)
 SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
+# The same uncaught error from one task this many times in a row, with no progress in between, stops the topology
+# (None: never; docs/operations.md, "When a run fails")
+SQUALL_MAX_REPEATED_ERRORS = "squall.max.repeated.errors"
 # How long a lost worker may wait for a free core before the run starts again on the cores the cluster has
 SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
 # The cyclic garbage collector's first threshold in the Python workers, which then start with what they hold
@@ -69,6 +72,13 @@ SQUALL_ZOOKEEPER_SSL_KEYFILE = "squall.zookeeper.ssl.keyfile"
 SQUALL_ZOOKEEPER_SSL_KEYFILE_PASSWORD = "squall.zookeeper.ssl.keyfile.password"
 SQUALL_ZOOKEEPER_SSL_VERIFY = "squall.zookeeper.ssl.verify"
 SQUALL_RUN_ID = "squall.run.id"  # set by the runtime: this submission's id, new each time a topology is submitted
+# Security (squall/security): links authenticate always; these say what is encrypted and what keys sign
+SQUALL_LINKS_ENCRYPT = "squall.links.encrypt"  # None: encrypt when Spark encrypts its RPC
+SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS = "squall.links.handshake.timeout.secs"  # a connection proves the secret in time
+SQUALL_LINKS_MAX_CONNECTIONS = "squall.links.max.connections"  # a worker's listener holds at most this many
+SQUALL_CHECKPOINT_KEY = "squall.checkpoint.key"  # signs what squall writes (None: SQUALL_CHECKPOINT_KEY, or the file)
+SQUALL_CHECKPOINT_KEY_FILE = "squall.checkpoint.key.file"  # None: ~/.squall/checkpoint.key
+SQUALL_CHECKPOINT_ENCRYPT = "squall.checkpoint.encrypt"  # None: encrypt when spark.io.encryption.enabled is on
 
 DEFAULTS: dict[str, Any] = {
     TOPOLOGY_ACKER_EXECUTORS: None,  # one per worker, as Storm's default since 1.0
@@ -92,6 +102,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
+    SQUALL_MAX_REPEATED_ERRORS: 100,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_WORKER_GC_THRESHOLD: None,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
@@ -113,6 +124,12 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_ZOOKEEPER_SSL_VERIFY: True,
     TOPOLOGY_NAME: None,
     SQUALL_RUN_ID: None,
+    SQUALL_LINKS_ENCRYPT: None,
+    SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS: 10.0,
+    SQUALL_LINKS_MAX_CONNECTIONS: 256,
+    SQUALL_CHECKPOINT_KEY: None,
+    SQUALL_CHECKPOINT_KEY_FILE: None,
+    SQUALL_CHECKPOINT_ENCRYPT: None,
 }
 
 
@@ -229,6 +246,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_SNAPSHOT_INTERVAL_MS: _positive_number,
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
+    SQUALL_MAX_REPEATED_ERRORS: _optional(_int_at_least(1)),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_WORKER_GC_THRESHOLD: _optional(_int_at_least(1)),
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
@@ -250,6 +268,12 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_ZOOKEEPER_SSL_VERIFY: _bool,
     TOPOLOGY_NAME: _optional(_non_empty_str),
     SQUALL_RUN_ID: _optional(_non_empty_str),
+    SQUALL_LINKS_ENCRYPT: _optional(_bool),
+    SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS: _positive_number,
+    SQUALL_LINKS_MAX_CONNECTIONS: _int_at_least(1),
+    SQUALL_CHECKPOINT_KEY: _optional(_non_empty_str),
+    SQUALL_CHECKPOINT_KEY_FILE: _optional(_non_empty_str),
+    SQUALL_CHECKPOINT_ENCRYPT: _optional(_bool),
 }
 
 

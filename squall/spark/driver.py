@@ -38,6 +38,7 @@ from squall.model.components import StatefulBolt
 from squall.model.errors import InvalidConfigError, TopologyFailed
 from squall.model.topology import Topology
 from squall.reliability.ids import IdGenerator
+from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.protocol import RunSettings, SpoutStatus, TicksDue
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
@@ -114,12 +115,23 @@ class TopologyRun:
         self._ticks = self._tick_schedule()
         self._ticks_due: list[TicksDue] = []  # fired, for the next wave
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
+        self._repeated: str | None = None  # why a task's run of one repeated error stops the topology
+        self._errors_seen = 0  # the errors counted as of the last step: a step that adds any is not idle
+        self._generation_seen = 0  # the workers' generation as of the last step: a restart is not idle
         self._warned_unpicklable: set[str] = set()
         self.max_inflight: int = self.conf[cfg.SQUALL_WAVE_MAX_INFLIGHT]
         self.sizer = WaveSizer(
             self.conf[cfg.SQUALL_WAVE_TARGET_MS] / 1000.0,
             self.conf[cfg.SQUALL_WAVE_SPOUT_BATCH],
             inbox_max_bytes=self.conf[cfg.SQUALL_WORKER_INBOX_MAX_BYTES],
+        )
+        # Refused here when squall's settings would leave in clear what Spark's own settings protect.
+        self.keys = run_keys(self.conf, dict(sc.getConf().getAll()))
+        log.info(
+            "topology %s: links authenticated by challenge and %s; files under squall.checkpoint.dir %s",
+            name,
+            "encrypted (AES-256-GCM)" if self.keys.links.encrypt else "not encrypted",
+            "encrypted (AES-256-GCM)" if self.keys.encrypt_checkpoints else "signed (HMAC-SHA256)",
         )
         self.state_checkpoints = self._state_checkpoints()
         # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
@@ -159,6 +171,8 @@ class TopologyRun:
             self.state_checkpoints.tasks if self.state_checkpoints is not None else frozenset(),
             restored,
             self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
+            keys=self.keys,
+            handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
         )
         self.spout_host = SpoutHost(
             topology,
@@ -171,6 +185,7 @@ class TopologyRun:
             tasks=[] if self.spouts_on_workers else None,
             outbox=self.outbox,
         )
+        self.scheduler.on_setup_error = self._setup_error
 
     @property
     def spouts(self):
@@ -211,7 +226,11 @@ class TopologyRun:
             raise InvalidConfigError(f"topology {self.name!r} has stateful bolts {stateful}: set squall.checkpoint.dir")
         try:
             provider = open_state_provider(
-                self.conf[cfg.TOPOLOGY_STATE_PROVIDER], os.fspath(where), self.name, self.conf[cfg.SQUALL_REDIS_URL]
+                self.conf[cfg.TOPOLOGY_STATE_PROVIDER],
+                os.fspath(where),
+                self.name,
+                self.keys.sealer(),
+                self.conf[cfg.SQUALL_REDIS_URL],
             )
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from exc
@@ -289,10 +308,10 @@ class TopologyRun:
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
         self.stats.pending = len(self.pending)
         self.stats.restarts = self.scheduler.recoveries
-        if emits or self.stats.pending or not self.spout_host.wanted_active or self._waiting_for_workers():
-            self._idle_since = None  # paused is not idle, nor is waiting for a worker
-        elif self._idle_since is None:
-            self._idle_since = self.clock.now()
+        self._note_idle(bool(emits) or not self.spout_host.wanted_active)  # paused is not idle
+        for repeated in self.spout_host.repeated.values():  # the spouts here: their runs of one error
+            self._repeated = self._repeated or repeated
+        self._stop_if_repeated()
         return WaveInfo(emits, delivered, completed)
 
     def _step_on_workers(self, now: float) -> WaveInfo:
@@ -318,10 +337,8 @@ class TopologyRun:
             self._apply_spout_statuses(statuses)
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
-        if emits or self.stats.pending or not self._wanted_active or self._waiting_for_workers():
-            self._idle_since = None
-        elif self._idle_since is None:
-            self._idle_since = self.clock.now()
+        self._note_idle(bool(emits) or not self._wanted_active)
+        self._stop_if_repeated()
         # Idle when the waves that completed brought no emit and settled no tree, and no tick went out: the caller
         # may pause before the next one (spouts held back by topology.max.spout.pending wait for acks).
         moved = emits or ticks or self._settled_seen != settled_before
@@ -342,9 +359,44 @@ class TopologyRun:
         return self.state_checkpoints is not None and self.state_checkpoints.waiting
 
     def _waiting_for_workers(self) -> bool:
-        """The run has bolts but not all of its workers: a driver waiting for cores (a lost one, or those a
-        killed driver's executors still hold) is not idle."""
-        return self.scheduler.hub is not None and not self.scheduler.ready
+        """The run has bolts but not all of its workers, or its workers' tasks are not all up yet (no wave has
+        completed since they were last assigned): a driver waiting for cores (a lost one, or those a killed
+        driver's executors still hold), or for tasks whose ``prepare()`` or ``open()`` may yet raise, is not idle."""
+        return self.scheduler.hub is not None and not (self.scheduler.ready and self.scheduler.tasks_up)
+
+    def _note_idle(self, busy: bool) -> None:
+        """At the end of a step: when the run's idle time starts, or that it is not idle. A step that emitted,
+        left trees pending, counted an error or found the workers restarted is not idle, and neither is a run
+        waiting for its workers."""
+        errors = sum(c.errors for c in list(self.stats.components.values()))
+        generation = self.scheduler.generation
+        busy = busy or errors != self._errors_seen or generation != self._generation_seen
+        self._errors_seen, self._generation_seen = errors, generation
+        if busy or self.pending_count or self._waiting_for_workers():
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = self.clock.now()
+
+    def _stop_if_repeated(self) -> None:
+        """A task's same error ``squall.max.repeated.errors`` times in a row with no progress stops the topology,
+        as an uncaught exception kills a Storm worker; the failure's message has the error's traceback."""
+        if self._repeated is not None:
+            failure = TopologyFailed(f"topology {self.name!r} stopped: {self._repeated}")
+            log.error("%s", failure)
+            raise failure
+
+    def _setup_error(self, component: str, task: int, text: str) -> None:
+        """A worker could not set up a task (its ``prepare()`` or ``open()`` raised, its component did not unpickle):
+        counted and kept among the run's errors, as the UI, REST and ``squall run`` show them."""
+        for stats in (self.stats.of(component), self.stats.of_task(component, task)):
+            stats.errors += 1
+        self.stats.record_error(component, task, text)
+
+    def not_started(self) -> str | None:
+        """Why the run's tasks are not up, when a worker could not set one up and none has come up since."""
+        if self.scheduler.hub is None or self.scheduler.tasks_up:
+            return None
+        return self.scheduler.setup_failure
 
     def idle_for(self) -> float:
         """Seconds since a step ended with no spout emit and no tree pending (ticks do not count); safe to call
@@ -380,6 +432,8 @@ class TopologyRun:
                 for text in status.errors:
                     log.error("bolt error in topology %s: %s", self.name, text)
                     self.stats.record_error(component, task, text)
+                if status.repeated is not None and self._repeated is None:
+                    self._repeated = status.repeated
             for (component, _task), values in sorted(wave.captured.items()):
                 self.captured[component].extend(values)
             if self.trees is not None and len(wave.acks):
@@ -438,6 +492,8 @@ class TopologyRun:
             for text in status.errors:
                 log.error("spout error in topology %s: %s", self.name, text)
                 self.stats.record_error(component, task, text)
+            if status.repeated is not None and self._repeated is None:
+                self._repeated = status.repeated
 
     def fail_pending(self) -> int:
         """Fail every pending tree in this process back to its spout (``fail(msg_id)``), as a topology stopping

@@ -33,9 +33,10 @@ from pyspark import SparkContext
 from squall.model.errors import TopologyFailed
 from squall.model.state import StateDelta
 from squall.model.topology import Topology
+from squall.security.keys import RunKeys
 from squall.spark.checkpoints import Checkpointer
 from squall.spark.context import runs_on_this_machine
-from squall.spark.failures import fatal_message, stop_reason
+from squall.spark.failures import fatal_message, setup_error_origin, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
 from squall.spark.load import LoadBalancer
 from squall.spark.protocol import (
@@ -140,6 +141,10 @@ def hub_host(sc: SparkContext) -> str:
 
 
 class WaveScheduler:
+    tasks_up = False  # every task of the current generation has completed a wave: each was set up
+    # Called with (component, task, text) when a worker could not set up a task (``WorkerFailed``).
+    on_setup_error: Callable[[str, int, str], None] | None = None
+
     def __init__(
         self,
         sc: SparkContext,
@@ -153,6 +158,9 @@ class WaveScheduler:
         stateful_tasks: frozenset[int] = frozenset(),
         restored: dict[int, dict] | None = None,
         replace_timeout: float = 10.0,
+        *,
+        keys: RunKeys,
+        handshake_timeout: float = 10.0,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
@@ -169,7 +177,9 @@ class WaveScheduler:
         self.balancer = LoadBalancer(workers) if settings.load_aware else None
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
-        self.store = SnapshotStore(settings.snapshot_root, settings.run_id) if settings.snapshot_root else None
+        self.keys = keys  # the workers get them in the Spark task closure, never over a link
+        sealer = keys.sealer()
+        self.store = SnapshotStore(settings.snapshot_root, settings.run_id, sealer) if settings.snapshot_root else None
         if self.store is not None and (earlier := self.store.remove_earlier_runs(name)):
             log.info("topology %s: removed the snapshots and spout logs of earlier runs %s", name, earlier)
         # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0.
@@ -214,8 +224,8 @@ class WaveScheduler:
         # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
         self.on_message: Callable[[Any], None] | None = None
         self.on_generation: Callable[[int], None] | None = None
-        self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval)
-        self.hub = Hub(hub_host(sc)) if workers else None
+        self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval, sealer)
+        self.hub = Hub(hub_host(sc), keys.links, handshake_timeout) if workers else None
         if workers:
             self._launch()
 
@@ -242,7 +252,7 @@ class WaveScheduler:
         self._launches += 1
         launch, hub, workers = self._launches, self.hub, self.workers
         group = f"squall-workers-{self.settings.run_id}-{launch}"
-        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, hub.secret, launch)
+        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, self.keys, launch)
 
         def job() -> None:
             error = None
@@ -415,6 +425,11 @@ class WaveScheduler:
         """Work completed: the worker restarts counted toward giving up start over."""
         self.failures_in_a_row = 0
 
+    @property
+    def setup_failure(self) -> str | None:
+        """What a worker last said when it could not set up a task (``WorkerFailed``), if any."""
+        return self._fatal
+
     def _handle(self, event: Any, done: list[CompletedWave]) -> None:
         if isinstance(event, Received):
             message = event.message
@@ -439,6 +454,9 @@ class WaveScheduler:
             elif isinstance(message, WorkerFailed):
                 self._fatal = fatal_message(RuntimeError(message.message))
                 log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
+                origin = setup_error_origin(message.message)
+                if origin is not None and self.on_setup_error is not None:
+                    self.on_setup_error(*origin)
             elif self.on_message is not None:
                 self.on_message(message)
         elif isinstance(event, Disconnected):
@@ -562,6 +580,7 @@ class WaveScheduler:
         """Every worker (re)starts its tasks from the snapshots of the last completed wave; the waves in flight
         go out again."""
         self.generation += 1
+        self.tasks_up = False  # until a wave of this generation completes
         self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.workers)}
         messages = [
             (
@@ -655,6 +674,7 @@ class WaveScheduler:
     def _complete(self, flight: WaveInFlight) -> CompletedWave:
         self.applied = flight.wave
         self.failures_in_a_row = 0
+        self.tasks_up = True
         inbox_peak = self.inbox_peaks.pop(flight.wave, 0)
         for earlier in [w for w in self.inbox_peaks if w < flight.wave]:  # of waves that ran again
             del self.inbox_peaks[earlier]

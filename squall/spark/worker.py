@@ -30,12 +30,20 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from pyspark import TaskContext, cloudpickle
 
-from squall.model.config import DEFAULTS, SQUALL_WORKER_GC_THRESHOLD
+from squall.model.config import (
+    DEFAULTS,
+    SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS,
+    SQUALL_LINKS_MAX_CONNECTIONS,
+    SQUALL_WORKER_GC_THRESHOLD,
+)
 from squall.model.state import StateDelta, dump_delta
+from squall.security.keys import RunKeys
+from squall.security.sealing import BlobSealer
 from squall.spark.batches import BatchTasks
 from squall.spark.bolt_task import LIVE, BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
@@ -90,9 +98,16 @@ class HostedTask:
 
 class Worker:
     def __init__(
-        self, shipped: ShippedTopology, channel: WorkerChannel, index: int, inbox: Inbox, links: PeerLinks
+        self,
+        shipped: ShippedTopology,
+        channel: WorkerChannel,
+        index: int,
+        inbox: Inbox,
+        links: PeerLinks,
+        sealer: BlobSealer,
     ) -> None:
         self.shipped = shipped
+        self.sealer = sealer  # seals and opens what this worker writes under squall.checkpoint.dir
         self.topology = shipped.topology
         self.channel = channel
         self.index = index
@@ -228,8 +243,10 @@ class Worker:
         self.snapshot_horizon = self.checkpoint_horizon = 0
         self.links.update(message.peers)
         settings = message.settings
+        if settings.state_store is not None:  # the key never travels with it: it is this worker's, from the closure
+            settings = replace(settings, state_store=settings.state_store.sealed_with(self.sealer))
         if settings.snapshot_root is not None and (self.store is None or run_of(self.store) != settings.run_id):
-            self.store = SnapshotStore(settings.snapshot_root, settings.run_id)
+            self.store = SnapshotStore(settings.snapshot_root, settings.run_id, self.sealer)
         forget_other_runs(settings.run_id)
         if settings.state_store != self._state_spec:
             self._state_spec = settings.state_store
@@ -250,7 +267,7 @@ class Worker:
             return
         mine = frozenset(message.tasks)
         if settings.spouts_on_workers:
-            self._assign_spouts(message)
+            self._assign_spouts(message, settings)
         for task_id in message.tasks:
             snapshot = message.snapshots.get(task_id)
             if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
@@ -317,16 +334,16 @@ class Worker:
             )
             self.channel.send(report)
 
-    def _assign_spouts(self, message: Assign) -> None:
+    def _assign_spouts(self, message: Assign, settings: RunSettings) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
         them), those that left are closed, and new ones are made."""
-        self.acker_workers, self.num_ackers = message.acker_workers, message.settings.num_ackers
+        self.acker_workers, self.num_ackers = message.acker_workers, settings.num_ackers
         bolt_tasks = sum(spec.parallelism for spec in self.topology.bolts.values())
         same = (
             self.spouts is not None
             and self.spouts.spout_tasks == frozenset(message.spout_tasks)
             and self.spouts.ackers == frozenset(message.ackers)
-            and self.spouts.settings.run_id == message.settings.run_id
+            and self.spouts.settings.run_id == settings.run_id
         )
         if same:
             self.spouts.restart(message.applied, bolt_tasks)
@@ -337,13 +354,13 @@ class Worker:
         if message.spout_tasks or message.ackers:
             self.spouts = WorkerSpouts(
                 self.shipped,
-                message.settings,
+                settings,
                 message.spout_tasks,
                 message.ackers,
                 bolt_tasks,
                 message.applied,
                 self.store,
-                self._load_weights(message.settings),
+                self._load_weights(settings),
             )
 
     def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch) -> None:
@@ -517,24 +534,27 @@ def collector_tuned(threshold: int | None) -> Iterator[None]:
 
 
 def run_worker(
-    run_id: str, topology_bc: Any, address: tuple[str, int], secret: bytes, launch: int, index: int, _rows
+    run_id: str, topology_bc: Any, address: tuple[str, int], keys: RunKeys, launch: int, index: int, _rows
 ) -> list:
-    """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away."""
+    """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away. ``keys``
+    came in the task closure: the run's link secret and checkpoint key never cross a squall link."""
     shipped = load_shipped(run_id, topology_bc)
     with collector_tuned(shipped.conf.get(SQUALL_WORKER_GC_THRESHOLD, DEFAULTS[SQUALL_WORKER_GC_THRESHOLD])):
-        return _run_worker(run_id, shipped, address, secret, launch, index)
+        return _run_worker(run_id, shipped, address, keys, launch, index)
 
 
 def _run_worker(
-    run_id: str, shipped: ShippedTopology, address: tuple[str, int], secret: bytes, launch: int, index: int
+    run_id: str, shipped: ShippedTopology, address: tuple[str, int], keys: RunKeys, launch: int, index: int
 ) -> list:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    channel = WorkerChannel(address, secret)
-    inbox, links = Inbox(), PeerLinks(secret)
-    listener = PeerListener(channel.local_host, secret, inbox)
+    conf = {**DEFAULTS, **shipped.conf}
+    timeout = conf[SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS]
+    channel = WorkerChannel(address, keys.links, timeout)
+    inbox, links = Inbox(), PeerLinks(keys.links, timeout)
+    listener = PeerListener(channel.local_host, keys.links, inbox, timeout, conf[SQUALL_LINKS_MAX_CONNECTIONS])
     channel.start_reading(inbox)
-    worker = Worker(shipped, channel, index, inbox, links)
+    worker = Worker(shipped, channel, index, inbox, links, keys.sealer())
     try:
         channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch, listener.address))
         try:

@@ -34,6 +34,7 @@ from squall.model import config as cfg
 from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology
 from squall.reliability.ids import IdGenerator
+from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.driver import WaveInfo
 from squall.spark.emitters import Emitters
@@ -133,6 +134,8 @@ class TransactionalRun:
             name,
             0,
             replace_timeout=self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
+            keys=run_keys(self.conf, dict(sc.getConf().getAll())),
+            handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
         )
         self.scheduler.on_message = self._on_message
         self.scheduler.on_generation = self._on_generation
