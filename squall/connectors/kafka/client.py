@@ -87,7 +87,8 @@ def topology_client_config(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 class _Errors:
     """A client's ``error_cb``: keeps the last errors librdkafka reported (a refused login says why there, not in
-    the request that timed out), and passes each on to the user's own ``error_cb``."""
+    the request that timed out), and passes each on to the user's own ``error_cb``. librdkafka logs the
+    connection failures behind them either way."""
 
     def __init__(self, chained: Callable[[Any], None] | None) -> None:
         self.seen: deque[Any] = deque(maxlen=3)
