@@ -274,6 +274,7 @@ class SpoutHost:
         bounded = per_task is not None and self._max_pending is not None
         for s in self.tasks if self.active else ():
             collector, next_tuple, left = s.collector, s.spout.next_tuple, emits_per_task
+            streak = self._streaks[s.task]
             while left > 0:
                 budget = min(left, self._max_pending - per_task[s.task]) if bounded else left
                 if budget <= 0:
@@ -284,13 +285,12 @@ class SpoutHost:
                     next_tuple()
                 except Exception as exc:
                     if self.emits != emitted:  # it emitted before raising: progress, then the error
-                        self._streaks[s.task].progressed()
+                        streak.progressed()
                     self.error(s.component, s.task, "raised in next_tuple()", exc)
                     break
                 if self.emits == emitted:
                     break
-                streak = self._streaks[s.task]
-                if streak.count:
+                if streak.count:  # an emit is the task's progress
                     streak.progressed()
                 left -= self.emits - emitted
         acks, self._immediate_acks = self._immediate_acks, []
