@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from squall import BasicBolt, Spout, SquallError, TopologyBuilder, TopologyFaile
 from squall.spark.cluster import LocalCluster
 from squall.spark.context import check_java, java_major
 from squall.testing import FeederSpout, TestCluster
+from squall.transactional import BatchBolt, MemoryTransactionalSpout, TransactionalTopologyBuilder
 
 
 def squall_run(tmp_path: Path, source: str, *args: str, env: dict | None = None, timeout: float = 300):
@@ -479,3 +481,43 @@ def test_a_component_holding_a_lock_is_refused_at_submit_with_the_hint(cluster):
         "runs on the worker, not in __init__, which runs where the topology is declared"
     )
     assert cluster.runs == {}
+
+
+# -- transactional topologies ---------------------------------------------------------------------------------
+class CountsThenBreaks(BatchBolt):
+    """Counts its batch's words; from ``txid`` on, every try of a batch raises the same error in execute."""
+
+    outputs = ("id", "word", "count")
+
+    def __init__(self, txid: int) -> None:
+        self.txid = txid
+
+    def prepare(self, conf, context, collector, batch_id):
+        self.collector, self.id, self.counts = collector, batch_id, Counter()
+
+    def execute(self, tup):
+        if self.id.txid >= self.txid:
+            raise KeyError("the lookup table lost 'word'")
+        self.counts[tup["word"]] += 1
+
+    def finish_batch(self):
+        for word, count in self.counts.items():
+            self.collector.emit([self.id, word, count])
+
+
+def test_batches_that_fail_with_the_same_error_try_after_try_stop_a_transactional_topology(cluster):
+    data = {0: [["a"], ["b"], ["a"], ["c"]] * 3}
+    builder = TransactionalTopologyBuilder(
+        "breaks", "words", MemoryTransactionalSpout(data, ["word"], take_per_batch=4)
+    )
+    builder.set_bolt("count", CountsThenBreaks(txid=2), 1).shuffle_grouping("words")
+    run = cluster.submit_topology("breaks", {"squall.max.repeated.errors": 5}, builder.build())
+    with pytest.raises(TopologyFailed) as failed:
+        cluster.wait_idle()
+    message = str(failed.value)
+    assert message.startswith(
+        "topology 'breaks' stopped: the batches of topology 'breaks' failed with the same error 5 times in a row"
+        " with no progress in between (squall.max.repeated.errors is 5); the last one:\n"
+    ), message
+    assert message.splitlines()[-1] == "KeyError: \"the lookup table lost 'word'\"", message
+    assert [attempt.txid for attempt, _, _ in run.commits] == [1]  # the batch before the break committed

@@ -185,7 +185,7 @@ class TopologyRun:
             tasks=[] if self.spouts_on_workers else None,
             outbox=self.outbox,
         )
-        self.scheduler.on_setup_error = self._setup_error
+        self.scheduler.on_setup_error = self.stats.setup_failed
 
     @property
     def spouts(self):
@@ -384,13 +384,6 @@ class TopologyRun:
             failure = TopologyFailed(f"topology {self.name!r} stopped: {self._repeated}")
             log.error("%s", failure)
             raise failure
-
-    def _setup_error(self, component: str, task: int, text: str) -> None:
-        """A worker could not set up a task (its ``prepare()`` or ``open()`` raised, its component did not unpickle):
-        counted and kept among the run's errors, as the UI, REST and ``squall run`` show them."""
-        for stats in (self.stats.of(component), self.stats.of_task(component, task)):
-            stats.errors += 1
-        self.stats.record_error(component, task, text)
 
     def not_started(self) -> str | None:
         """Why the run's tasks are not up, when a worker could not set one up and none has come up since."""

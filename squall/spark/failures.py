@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 import traceback
+from collections.abc import Callable
 
 from squall.model.errors import FATAL_MARK, SquallError
 
@@ -58,12 +59,15 @@ class ErrorStreak:
     error starts a new run at 1, and ``progressed()`` ends the run. What counts as an error and as progress is
     the caller's: a bolt task's ``execute`` that raises, and one that returns (or raises ``FailedException``); a
     spout task's ``next_tuple``, ``ack``, ``fail``, ``activate`` or ``deactivate`` that raises, and an emit.
-    ``raised`` says True, and ``stop`` why, when the run has reached ``limit`` (None: never)."""
+    ``raised`` says True, and ``stop`` why, when the run has reached ``limit`` (None: never). ``failed`` counts a
+    failure known only by its traceback's text (a transactional batch's), the same when its last error line is.
+    ``subject`` names who raised, in ``stop``."""
 
-    __slots__ = ("component", "count", "key", "limit", "stop", "task")
+    __slots__ = ("component", "count", "key", "limit", "stop", "subject", "task")
 
-    def __init__(self, component: str, task: int, limit: int | None) -> None:
+    def __init__(self, component: str, task: int, limit: int | None, subject: str | None = None) -> None:
         self.component, self.task, self.limit = component, task, limit
+        self.subject = subject or f"component {component!r} task {task} raised"
         self.key: tuple[str, str] | None = None
         self.count = 0
         self.stop: str | None = None
@@ -75,16 +79,22 @@ class ErrorStreak:
             message = ""
         kind = type(error)
         key = (f"{kind.__module__}.{kind.__qualname__}", _ADDRESS.sub("0x", message))
+        return self._counted(key, contiguous, lambda: "".join(traceback.format_exception(error)).rstrip())
+
+    def failed(self, text: str) -> bool:
+        line = python_error_line(text) or (text.strip().splitlines() or [""])[0]
+        return self._counted(("", _ADDRESS.sub("0x", line)), True, text.rstrip)
+
+    def _counted(self, key: tuple[str, str], contiguous: bool, trace: Callable[[], str]) -> bool:
         if contiguous and key == self.key:
             self.count += 1
         else:
             self.key, self.count = key, 1
         if self.limit is None or self.count < self.limit:
             return False
-        trace = "".join(traceback.format_exception(error)).rstrip()
         self.stop = (
-            f"component {self.component!r} task {self.task} raised the same error {self.count} times in a row with "
-            f"no progress in between (squall.max.repeated.errors is {self.limit}); the last one:\n{trace}"
+            f"{self.subject} the same error {self.count} times in a row with no progress in between"
+            f" (squall.max.repeated.errors is {self.limit}); the last one:\n{trace()}"
         )
         return True
 

@@ -144,6 +144,13 @@ class RunStats:
     def record_error(self, component: str, task: int | None, text: str) -> None:
         self.errors.append(ErrorReport(component, task, time.time(), text))
 
+    def setup_failed(self, component: str, task: int, text: str) -> None:
+        """A worker could not set up a task (its ``prepare()`` or ``open()`` raised, its component did not unpickle):
+        counted and kept among the run's errors, as the UI, REST and ``squall run`` show them."""
+        for stats in (self.of(component), self.of_task(component, task)):
+            stats.errors += 1
+        self.record_error(component, task, text)
+
     def of(self, component: str) -> ComponentStats:
         stats = self.components.get(component)
         if stats is None:  # a histogram is made once per component, not per call

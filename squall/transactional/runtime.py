@@ -38,7 +38,7 @@ from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.driver import WaveInfo
 from squall.spark.emitters import Emitters
-from squall.spark.failures import fatal_message
+from squall.spark.failures import ErrorStreak, fatal_message
 from squall.spark.protocol import (
     COMMITTED,
     EMITTED,
@@ -139,6 +139,11 @@ class TransactionalRun:
         )
         self.scheduler.on_message = self._on_message
         self.scheduler.on_generation = self._on_generation
+        self.scheduler.on_setup_error = self.stats.setup_failed
+        # Batches failing with the same error, try after try, with no commit in between stop the topology.
+        self._failures = ErrorStreak(
+            "", 0, self.conf[cfg.SQUALL_MAX_REPEATED_ERRORS], f"the batches of topology {name!r} failed with"
+        )
         self.emitters = (
             None
             if self.emitters_on_workers
@@ -261,7 +266,7 @@ class TransactionalRun:
             fatal = fatal_message(RuntimeError(emitted.failure))
             if fatal is not None:
                 self._stop(fatal)
-            else:
+            elif not self._failed_again(emitted.failure):
                 self._fail(attempt)
             return
         per_worker: dict[int, list[Batch]] = {w: [] for w in hosts}
@@ -300,7 +305,8 @@ class TransactionalRun:
                 self._stop(fatal)
                 return
             log.warning("%s: batch %r failed: %s", self.name, flight.attempt, report.failure)
-            self._fail(flight.attempt)
+            if not self._failed_again(report.failure):
+                self._fail(flight.attempt)
             return
         if report.phase == EMITTED:
             flight.emitting.discard(report.worker)
@@ -348,6 +354,7 @@ class TransactionalRun:
             return
         del self._tries[flight.seq]
         self.scheduler.progressed()
+        self._failures.progressed()
         seconds = time.time() - flight.began
         captured = dict(flight.captured)
         self._recent.append((attempt, flight.tuples, seconds))
@@ -379,6 +386,14 @@ class TransactionalRun:
             oldest = min(self._tries.values(), key=lambda t: t.attempt.txid)
             log.warning("%s: workers restarted; batches from txid %d run again", self.name, oldest.attempt.txid)
             self._fail(oldest.attempt)
+
+    def _failed_again(self, failure: str) -> bool:
+        """A try failed with ``failure``: whether that stopped the topology (the same error, try after try, with no
+        commit in between, ``squall.max.repeated.errors`` times)."""
+        if self._failures.failed(failure):
+            self._stop(self._failures.stop)
+            return True
+        return False
 
     def _stop(self, why: str) -> None:
         if self.failure is None:
