@@ -483,6 +483,37 @@ def test_a_component_holding_a_lock_is_refused_at_submit_with_the_hint(cluster):
     assert cluster.runs == {}
 
 
+class LockedSpout(Spout):
+    outputs = ("n",)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def next_tuple(self):
+        pass
+
+
+def test_a_spout_holding_a_lock_is_refused_at_test_cluster_submit_with_the_hint(cluster):
+    b = TopologyBuilder()
+    b.set_spout("locked", LockedSpout())
+    b.set_bolt("sink", FeederSinkless()).shuffle_grouping("locked")
+    with pytest.raises(SquallError) as refused:
+        cluster.submit_topology("locked-spout", {}, b.build())
+    assert str(refused.value).startswith(
+        "component 'locked' (LockedSpout) cannot be serialized to ship it to Spark's workers: attribute 'lock' (lock: "
+    )
+    assert str(refused.value).endswith(
+        "Create the resource in open(), which runs on the worker, not in __init__, which runs where the topology "
+        "is declared"
+    )
+    assert cluster.runs == {}
+
+
+class FeederSinkless(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
 # -- transactional topologies ---------------------------------------------------------------------------------
 class CountsThenBreaks(BatchBolt):
     """Counts its batch's words; from ``txid`` on, every try of a batch raises the same error in execute."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
-from squall.model.errors import TopologyFailed
+from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
@@ -32,6 +32,7 @@ from squall.spark.failures import ErrorStreak
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
+from squall.spark.shipping import unshippable_message
 from squall.spark.stats import RunStats, latency_buckets
 from squall.spark.trees import PendingTrees, Settlement
 
@@ -125,8 +126,13 @@ class SpoutOutputCollector:
 
 
 def copy_spout(topology: Topology, component: str, task: int) -> Any:
-    """A spout task's own instance, copied from the declared one (in the process that declared it)."""
-    return copy.deepcopy(topology.components[component].obj)
+    """A spout task's own instance, copied from the declared one (in the process that declared it), as Storm
+    serializes every task's; a spout that cannot be copied is refused, with where to make what it holds."""
+    spout = topology.components[component].obj
+    try:
+        return copy.deepcopy(spout)
+    except Exception as exc:
+        raise SquallError(unshippable_message(component, spout, exc)) from exc
 
 
 class SpoutTask:
