@@ -13,7 +13,15 @@ from test_hub import handshake
 from test_ui import FailEveryThird, Numbers, get, metric, topology
 
 from squall import LocalCluster
-from squall.security.handshake import CHALLENGE_BYTES, HELLO_BYTES, LinkKeys, ServerHandshake, Session
+from squall.security.handshake import (
+    CHALLENGE_BYTES,
+    HELLO_BYTES,
+    TAG_BYTES,
+    LinkKeys,
+    ServerHandshake,
+    client_handshake,
+    server_handshake,
+)
 from squall.spark.hub import Hub
 from squall.spark.links import Inbox, PeerLinks
 from squall.spark.protocol import HEADER, encode, read_frames
@@ -36,13 +44,21 @@ def drain(connection: socket.socket, size: int) -> None:
 
 def test_the_inbox_counts_the_bytes_of_the_frames_it_holds():
     inbox = Inbox()
-    frames = [encode(["a", n], 0) for n in range(3)]
     reader = socket.socketpair()
+    keys = LinkKeys.generate()
+    accepting = threading.Thread(
+        target=lambda: sessions.append(server_handshake(reader[1].recv, reader[1].sendall, keys))
+    )
+    sessions: list = []
+    accepting.start()
+    sending = client_handshake(reader[0].recv, reader[0].sendall, keys)
+    accepting.join()
+    frames = [sending.seal(encode(["a", n], 0)) for n in range(3)]
     for frame in frames:
         reader[0].sendall(frame)
     reader[0].close()
     with reader[1].makefile("rb") as stream:
-        read_frames(stream, Session(None, None), inbox, None)
+        read_frames(stream, sessions[0], inbox, None)
     assert inbox.buffered == sum(len(f) for f in frames)
     assert inbox.get() == ["a", 0]
     assert inbox.buffered == sum(len(f) for f in frames[1:])
@@ -62,7 +78,7 @@ def test_a_link_counts_what_its_peer_has_not_acknowledged():
     connection.sendall(handshake.challenge(connection.recv(HELLO_BYTES, socket.MSG_WAITALL)))
     handshake.finish(connection.recv(CHALLENGE_BYTES - 32, socket.MSG_WAITALL))
     wait_for(lambda: links.unsent_bytes() > 100_000, "bytes waiting on the link")
-    drain(connection, len(encode(BIG, 0)))
+    drain(connection, len(encode(BIG, 0)) + TAG_BYTES)
     sender.join()
     wait_for(lambda: links.unsent_bytes() == 0, "the link emptied")
     links.close()

@@ -75,6 +75,14 @@ def connect(hub: Hub, receive_buffer: int | None = None) -> tuple[socket.socket,
     return worker, handshake(hub, worker, hub.keys)
 
 
+def closed_by_peer(sock: socket.socket) -> bool:
+    """The other end closed ``sock`` (with unread bytes it sent, a reset)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
 def events_until_none(hub: Hub, timeout: float = 0.5) -> list:
     events = []
     while (event := hub.next_event(timeout)) is not None:
@@ -108,7 +116,7 @@ def test_a_connection_without_the_secret_is_closed_before_anything_is_unpickled(
         handshake(hub, intruder, LinkKeys(b"x" * 32, hub.keys.encrypt))
     intruder.sendall(b"p" * 32 + encode(MakesADirectory(str(marker)), TO_DRIVER))  # a proof it cannot make
     assert events_until_none(hub) == [Disconnected(0, None)]
-    assert intruder.recv(1) == b""  # closed by the hub
+    assert closed_by_peer(intruder)  # closed by the hub
     assert hub.bytes_in == 0 and not marker.exists()
 
 
@@ -136,18 +144,41 @@ def test_a_recorded_handshake_replayed_is_refused_before_anything_is_unpickled(h
     worker.close()
 
 
-def test_a_record_changed_on_the_way_closes_its_connection_before_it_is_unpickled(tmp_path):
-    hub = Hub("127.0.0.1", LinkKeys.generate(encrypt=True))
+def test_a_frame_changed_on_the_way_closes_its_connection_before_it_is_unpickled(hub):
+    worker, session = connect(hub)
+    worker.sendall(session.seal(encode(["first"], TO_DRIVER)))
+    assert [e.message for e in events_until_none(hub)] == [["first"]]
+    record = bytearray(session.seal(encode(["second", "never", "read"], TO_DRIVER)))
+    record[len(record) // 2] ^= 0x01  # one bit flipped: in the ciphertext, or in the pickle sent in clear
+    worker.sendall(bytes(record))
+    assert events_until_none(hub) == [Disconnected(0, None)]
+    assert closed_by_peer(worker)
+
+
+def test_a_frame_injected_into_a_proven_connection_is_refused_before_it_is_unpickled(hub, tmp_path):
+    """Someone who can write into the connection after the handshake (not knowing the secret) cannot make the hub
+    unpickle what they write, on a link in clear too: every frame carries a tag under the link's keys."""
+    worker, _session = connect(hub)
+    marker = tmp_path / "unpickled"
+    worker.sendall(encode(MakesADirectory(str(marker)), TO_DRIVER) + bytes(16))
+    assert events_until_none(hub) == [Disconnected(0, None)]
+    assert not marker.exists() and hub.bytes_in == 0
+
+
+def test_the_hub_holds_at_most_its_cap_of_connections_proving_the_secret():
+    hub = Hub("127.0.0.1", LinkKeys.generate(), handshake_timeout=1.0, max_proving=3)
+    idle = [socket.create_connection(hub.address) for _ in range(10)]
     try:
-        worker, session = connect(hub)
-        worker.sendall(session.seal(encode(["first"], TO_DRIVER)))
-        assert [e.message for e in events_until_none(hub)] == [["first"]]
-        record = bytearray(session.seal(encode(["second", "never", "read"], TO_DRIVER)))
-        record[len(record) // 2] ^= 0x01  # one bit flipped in the ciphertext
-        worker.sendall(bytes(record))
-        assert events_until_none(hub) == [Disconnected(0, None)]
-        assert worker.recv(1) == b""
+        assert hub.next_event(0.3) is None
+        assert hub.connections == 3
+        assert sum(closed_by_peer(s) for s in idle[3:]) == 7  # each past the cap closed as it came
+        assert events_until_none(hub, 2.0) == [Disconnected(c, None) for c in range(3)]  # their time ran out
+        worker, session = connect(hub)  # then a worker that proves the secret gets in
+        worker.sendall(session.seal(encode(["report"], TO_DRIVER)))
+        assert [e.message for e in events_until_none(hub)] == [["report"]]
     finally:
+        for s in idle:
+            s.close()
         hub.close()
 
 

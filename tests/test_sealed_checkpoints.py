@@ -170,3 +170,19 @@ def test_a_run_whose_checkpoint_was_tampered_with_refuses_to_restore_it_naming_t
         builder.set_bolt("count", CountInState(), 2).fields_grouping("queue", ["word"])
         cluster.submit_topology("sealed", {}, builder.build())
     assert not marker.exists()
+
+
+def test_a_worker_process_keeps_one_blob_store_per_key_not_per_directory(tmp_path):
+    """A reused Python worker sees runs with other keys (or with encryption turned on): each writes its blobs with
+    its own key."""
+    from squall.state.blobs import StateBlobs
+    from squall.state.providers import StateStoreSpec
+
+    spec = StateStoreSpec("file", str(tmp_path / "state"))
+    plain = StateBlobs.open(spec.sealed_with(sealer()), "window", 1)
+    encrypted = StateBlobs.open(spec.sealed_with(sealer(encrypt=True)), "window", 1)
+    assert plain.provider is not encrypted.provider
+    encrypted.put("sealed-1", ["armadillo-in-clear"])
+    on_disk = (tmp_path / "state" / "blobs" / "window.1" / "sealed-1.pickle").read_bytes()
+    assert b"armadillo-in-clear" not in on_disk
+    assert encrypted.get("sealed-1") == ["armadillo-in-clear"]

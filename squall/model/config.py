@@ -75,7 +75,8 @@ SQUALL_RUN_ID = "squall.run.id"  # set by the runtime: this submission's id, new
 # Security (squall/security): links authenticate always; these say what is encrypted and what keys sign
 SQUALL_LINKS_ENCRYPT = "squall.links.encrypt"  # None: encrypt when Spark encrypts its RPC
 SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS = "squall.links.handshake.timeout.secs"  # a connection proves the secret in time
-SQUALL_LINKS_MAX_CONNECTIONS = "squall.links.max.connections"  # a worker's listener holds at most this many
+# A listener (the hub, a worker's) holds at most this many connections that have not proved the secret yet
+SQUALL_LINKS_MAX_CONNECTIONS = "squall.links.max.connections"
 SQUALL_CHECKPOINT_KEY = "squall.checkpoint.key"  # signs what squall writes (None: SQUALL_CHECKPOINT_KEY, or the file)
 SQUALL_CHECKPOINT_KEY_FILE = "squall.checkpoint.key.file"  # None: ~/.squall/checkpoint.key
 SQUALL_CHECKPOINT_ENCRYPT = "squall.checkpoint.encrypt"  # None: encrypt when spark.io.encryption.enabled is on

@@ -14,15 +14,18 @@ nonces are fresh, so a recorded handshake replayed fails, and the two MACs carry
 can be reflected back at its sender. ``flags`` says whether the link is encrypted; it is in the transcript, so
 it cannot be changed on the way.
 
-From the transcript both ends derive two keys (HKDF-SHA256 over the secret): one for each direction. On an
-encrypted link each frame then travels as a record, ``length (4 bytes) | AES-256-GCM(frame)``, its nonce the
-count of records sent before it in that direction and its length authenticated too: a record that was changed,
-dropped, reordered or replayed fails to decrypt, and the connection is closed before anything of it is
-unpickled. On a link that is not encrypted the frames travel as they are (``HEADER`` and a pickle), after the
-same handshake.
+From the transcript both ends derive two keys (HKDF-SHA256 over the secret): one for each direction. Every
+frame after the handshake carries a tag under its direction's key, and each direction's nonce is its count of
+frames sent, so a frame that was changed, dropped, reordered, replayed or injected into the connection fails,
+and the connection is closed before anything of it is unpickled:
+
+* on an encrypted link a frame travels as a record, ``length (4 bytes) | AES-256-GCM(frame)``, its length
+  authenticated too;
+* on a link that is not encrypted it travels in clear, ``HEADER | pickle | tag``, the tag a GMAC (AES-GCM over
+  no plaintext) of the pickle, with the header's destination in the nonce and its length in the GMAC.
 
 The classes here are pure: bytes in, bytes out. ``client_handshake`` and ``server_handshake`` run them over a
-blocking socket; the driver's hub runs ``ServerHandshake`` from its poll loop.
+blocking connection; the driver's hub runs ``ServerHandshake`` from its poll loop.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ SECRET_BYTES = 32
 FRAME_HEADER = struct.Struct("!Ii")  # a frame's payload length and destination (``protocol.HEADER``)
 RECORD_HEADER = struct.Struct("!I")  # an encrypted record's length
 TAG_BYTES = 16
-MAX_FRAME_BYTES = 1 << 31  # a length beyond it is no frame squall sent
+MAX_RECORD_BYTES = (1 << 31) - 1  # what AES-GCM takes in one call; a length beyond it is no frame squall sent
 
 
 class HandshakeFailed(Exception):
@@ -83,11 +86,11 @@ def _mac(secret: bytes, label: bytes, transcript: bytes) -> bytes:
 
 
 def _session(keys: LinkKeys, transcript: bytes, client: bool) -> Session:
-    if not keys.encrypt:
-        return Session(None, None)
     material = HKDF(hashes.SHA256(), 64, salt=transcript, info=b"squall link keys").derive(keys.secret)
     to_server, to_client = material[:32], material[32:]
-    return Session(to_server, to_client) if client else Session(to_client, to_server)
+    if client:
+        return Session(to_server, to_client, keys.encrypt)
+    return Session(to_client, to_server, keys.encrypt)
 
 
 class ClientHandshake:
@@ -136,38 +139,47 @@ class ServerHandshake:
 
 
 class Session:
-    """One authenticated connection's frames, in both directions. With keys, every frame is sealed into an
-    AES-256-GCM record; without, frames pass as they are.
+    """One authenticated connection's frames, in both directions: each frame sealed with a tag (and encrypted,
+    when ``encrypted``) under its direction's key.
 
-    ``seal`` must be called in the order the records go onto the wire, and ``frames``/``read`` in the order they
-    came off it: each direction's nonce is its count of records."""
+    ``seal`` must be called in the order the frames go onto the wire, and ``frames``/``read`` in the order they
+    came off it: each direction's nonce is its count of frames."""
 
     __slots__ = ("_received", "_receiving", "_sending", "_sent", "encrypted")
 
-    def __init__(self, sending_key: bytes | None, receiving_key: bytes | None) -> None:
-        self.encrypted = sending_key is not None
-        self._sending = AESGCM(sending_key) if sending_key is not None else None
-        self._receiving = AESGCM(receiving_key) if receiving_key is not None else None
+    def __init__(self, sending_key: bytes, receiving_key: bytes, encrypted: bool) -> None:
+        self.encrypted = encrypted
+        self._sending = AESGCM(sending_key)
+        self._receiving = AESGCM(receiving_key)
         self._sent = 0
         self._received = 0
 
     def seal(self, frame: bytes) -> bytes:
         """What goes on the wire for ``frame`` (a ``FRAME_HEADER`` and its payload)."""
-        if self._sending is None:
-            return frame
-        length = RECORD_HEADER.pack(len(frame) + TAG_BYTES)
-        nonce = struct.pack("!4xQ", self._sent)
-        self._sent += 1
-        return length + self._sending.encrypt(nonce, frame, length)
+        if len(frame) + TAG_BYTES > MAX_RECORD_BYTES:
+            raise ValueError(f"a frame of {len(frame)} bytes is more than a link carries at once")
+        count, self._sent = self._sent, self._sent + 1
+        if self.encrypted:
+            length = RECORD_HEADER.pack(len(frame) + TAG_BYTES)
+            return length + self._sending.encrypt(_nonce(b"\0\0\0\0", count), frame, length)
+        payload = memoryview(frame)[FRAME_HEADER.size :]
+        return frame + self._sending.encrypt(_nonce(frame[4 : FRAME_HEADER.size], count), b"", payload)
+
+    def _verify(self, destination: bytes, payload: bytes | bytearray | memoryview, tag: bytes) -> None:
+        """A frame in clear: its tag must hold, or nothing of it is used."""
+        count, self._received = self._received, self._received + 1
+        try:
+            self._receiving.decrypt(_nonce(destination, count), tag, payload)
+        except InvalidTag:
+            raise HandshakeFailed("a frame's tag does not hold: changed, injected, replayed or out of order") from None
 
     def _open(self, header: bytes, record: bytes) -> tuple[int, memoryview]:
-        """A record's frame, as its destination and payload."""
-        nonce = struct.pack("!4xQ", self._received)
-        self._received += 1
+        """An encrypted record's frame, as its destination and payload."""
+        count, self._received = self._received, self._received + 1
         try:
-            frame = self._receiving.decrypt(nonce, record, header)
+            frame = self._receiving.decrypt(_nonce(b"\0\0\0\0", count), record, header)
         except InvalidTag:
-            raise HandshakeFailed("a record did not decrypt: changed, replayed or out of order") from None
+            raise HandshakeFailed("a record did not decrypt: changed, injected, replayed or out of order") from None
         payload_length, destination = FRAME_HEADER.unpack_from(frame)
         if payload_length != len(frame) - FRAME_HEADER.size:
             raise HandshakeFailed("a frame's length differs from its record's")
@@ -175,16 +187,20 @@ class Session:
 
     def frames(self, buffer: bytearray) -> tuple[list[tuple[int, int, bytes | memoryview]], int]:
         """The whole frames at the start of ``buffer``, as ``(wire bytes, destination, payload)``, and how many
-        bytes of ``buffer`` they took; raises ``HandshakeFailed`` on a record that does not decrypt."""
+        bytes of ``buffer`` they took; raises ``HandshakeFailed`` on one whose tag does not hold."""
         found: list[tuple[int, int, bytes | memoryview]] = []
         start = 0
-        if self._receiving is None:
+        if not self.encrypted:
             while len(buffer) - start >= FRAME_HEADER.size:
                 length, destination = FRAME_HEADER.unpack_from(buffer, start)
-                end = start + FRAME_HEADER.size + length
+                _check_record(length + FRAME_HEADER.size + TAG_BYTES)
+                body = start + FRAME_HEADER.size
+                end = body + length + TAG_BYTES
                 if len(buffer) < end:
                     break
-                found.append((FRAME_HEADER.size + length, destination, bytes(buffer[start + FRAME_HEADER.size : end])))
+                payload = buffer[body : body + length]
+                self._verify(bytes(buffer[start + 4 : body]), payload, bytes(buffer[end - TAG_BYTES : end]))
+                found.append((end - start, destination, payload))
                 start = end
             return found, start
         while len(buffer) - start >= RECORD_HEADER.size:
@@ -201,16 +217,19 @@ class Session:
 
     def read(self, read: Callable[[int], bytes]) -> tuple[int, int, bytes | memoryview] | None:
         """The next frame from a blocking stream, as ``(wire bytes, destination, payload)``; ``None`` when the
-        stream ended (midway or not). Raises ``HandshakeFailed`` on a record that does not decrypt."""
-        if self._receiving is None:
+        stream ended (midway or not). Raises ``HandshakeFailed`` on a frame whose tag does not hold."""
+        if not self.encrypted:
             header = read(FRAME_HEADER.size)
             if len(header) < FRAME_HEADER.size:
                 return None
             length, destination = FRAME_HEADER.unpack(header)
+            _check_record(length + FRAME_HEADER.size + TAG_BYTES)
             payload = read(length)
-            if len(payload) < length:
+            tag = read(TAG_BYTES)
+            if len(payload) < length or len(tag) < TAG_BYTES:
                 return None
-            return FRAME_HEADER.size + length, destination, payload
+            self._verify(header[4:], payload, tag)
+            return FRAME_HEADER.size + length + TAG_BYTES, destination, payload
         header = read(RECORD_HEADER.size)
         if len(header) < RECORD_HEADER.size:
             return None
@@ -223,14 +242,24 @@ class Session:
         return RECORD_HEADER.size + length, destination, payload
 
 
+def _nonce(destination: bytes, count: int) -> bytes:
+    return destination + count.to_bytes(8, "big")
+
+
 def _check_record(length: int) -> None:
-    if length > MAX_FRAME_BYTES or length < TAG_BYTES + FRAME_HEADER.size:
+    if length > MAX_RECORD_BYTES or length < TAG_BYTES + FRAME_HEADER.size:
         raise HandshakeFailed(f"a record of {length} bytes is no squall frame")
 
 
 def _read_exactly(read: Callable[[int], bytes], size: int) -> bytes:
-    data = read(size)
-    return data if data is not None else b""
+    """``size`` bytes, or fewer only when the stream ended: a read may return less than it was asked for."""
+    data = b""
+    while len(data) < size:
+        chunk = read(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def client_handshake(read: Callable[[int], bytes], write: Callable[[bytes], None], keys: LinkKeys) -> Session:

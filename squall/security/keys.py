@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -86,29 +88,47 @@ def checkpoint_encryption(conf: Mapping[str, Any], spark_conf: Mapping[str, Any]
 
 
 def checkpoint_key(conf: Mapping[str, Any]) -> bytes:
-    """The checkpoint key, 32 bytes, from the config, the environment or the key file (made if missing)."""
+    """The checkpoint key, 32 bytes, from the config, the environment or the key file (made if missing). A key
+    given as text goes through scrypt, so that a guessable one costs whoever tries guesses against a sealed file."""
     given = conf.get(SQUALL_CHECKPOINT_KEY) or os.environ.get(CHECKPOINT_KEY_ENV)
     if given:
-        return hashlib.sha256(b"squall checkpoint key\0" + str(given).encode()).digest()
+        return _stretched(str(given))
     path = os.path.expanduser(conf.get(SQUALL_CHECKPOINT_KEY_FILE) or DEFAULT_KEY_FILE)
     try:
         with open(path, "rb") as source:
             key = source.read()
             mode = os.fstat(source.fileno()).st_mode
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        try:
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # made by another process meanwhile
-            return checkpoint_key(conf)
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(secrets.token_bytes(32))
+        _make_key_file(path)
         return checkpoint_key(conf)
     if len(key) < 16:
         raise InvalidConfigError(f"{SQUALL_CHECKPOINT_KEY_FILE} {path}: a key needs at least 16 bytes")
     if mode & (stat.S_IWGRP | stat.S_IWOTH | stat.S_IRGRP | stat.S_IROTH):
         log.warning("the checkpoint key %s can be read or written by others than its owner: chmod 600 it", path)
     return key
+
+
+@functools.lru_cache(maxsize=8)
+def _stretched(text: str) -> bytes:
+    return hashlib.scrypt(text.encode(), salt=b"squall checkpoint key", n=1 << 14, r=8, p=1, dklen=32)
+
+
+def _make_key_file(path: str) -> None:
+    """32 random bytes in ``path``, readable by its owner only; written whole under another name and linked in,
+    so a process that finds the file finds all of it, and of two that race one wins."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    temporary = os.path.join(directory, f".checkpoint-key-{os.getpid()}-{secrets.token_hex(4)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(secrets.token_bytes(32))
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made it first: its key is the one
+            os.link(temporary, path)
+    finally:
+        os.remove(temporary)
 
 
 def run_keys(conf: Mapping[str, Any], spark_conf: Mapping[str, Any]) -> RunKeys:

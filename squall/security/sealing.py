@@ -4,9 +4,10 @@ checkpoints and their parts, state blobs.
 Each is sealed under the checkpoint key before it is written, and opened before anything of it is unpickled:
 
 * signed:    ``SQS1 | HMAC-SHA256(signing key, data) | data``
-* encrypted: ``SQE1 | nonce (12 bytes) | AES-256-GCM(encryption key, data)``
+* encrypted: ``SQE1 | salt (16 bytes) | AES-256-GCM(the blob's key, data)``
 
-The signing and encryption keys are derived from the checkpoint key (HKDF-SHA256), one for each use. A blob
+The signing and encryption keys are derived from the checkpoint key (HKDF-SHA256), one for each use; each
+encrypted blob has a key of its own, HMAC-SHA256(encryption key, salt), under a random salt. A blob
 whose tag does not match, or that carries neither header, raises ``TamperedBlobError`` naming where it was
 read: whoever can write to the checkpoint directory but does not hold the key can make squall refuse a blob,
 never run code. A blob is bound to the key, not to its path: one sealed blob moved in place of another is
@@ -27,7 +28,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 SIGNED = b"SQS1"
 ENCRYPTED = b"SQE1"
 TAG_BYTES = 32
-NONCE_BYTES = 12
+SALT_BYTES = 16
+NONCE = bytes(12)  # each blob's key encrypts only it
 
 
 class TamperedBlobError(ValueError):
@@ -48,14 +50,21 @@ class BlobSealer:
     """Seals and opens blobs under one checkpoint key; ``encrypt`` seals new blobs encrypted (either kind opens).
     Its ``repr`` never shows the key."""
 
-    __slots__ = ("_aead", "_signing", "encrypt")
+    __slots__ = ("_encryption", "_signing", "encrypt", "fingerprint")
 
     def __init__(self, key: bytes, encrypt: bool = False) -> None:
         if len(key) < 16:
             raise ValueError("a checkpoint key needs at least 16 bytes")
         self._signing = _derive(key, b"signing")
-        self._aead = AESGCM(_derive(key, b"encryption"))
+        self._encryption = _derive(key, b"encryption")
         self.encrypt = encrypt
+        # Tells sealers of different keys apart, revealing nothing of the key: a MAC of a fixed text under it.
+        self.fingerprint = hmac.new(self._signing, b"fingerprint", hashlib.sha256).hexdigest()[:16] + (
+            "e" if encrypt else "s"
+        )
+
+    def _blob_cipher(self, salt: bytes) -> AESGCM:
+        return AESGCM(hmac.new(self._encryption, salt, hashlib.sha256).digest())
 
     def __repr__(self) -> str:
         return f"BlobSealer(encrypt={self.encrypt})"
@@ -68,14 +77,15 @@ class BlobSealer:
         if not self.encrypt:
             return self
         twin = object.__new__(BlobSealer)
-        twin._signing, twin._aead, twin.encrypt = self._signing, self._aead, False
+        twin._signing, twin._encryption, twin.encrypt = self._signing, self._encryption, False
+        twin.fingerprint = self.fingerprint[:-1] + "s"
         return twin
 
     def seal_parts(self, data: bytes | bytearray | memoryview) -> tuple[bytes, bytes | bytearray | memoryview]:
         """The blob as two pieces to write one after the other (signed: the header, then ``data`` itself)."""
         if self.encrypt:
-            nonce = secrets.token_bytes(NONCE_BYTES)
-            return ENCRYPTED + nonce, self._aead.encrypt(nonce, bytes(data), ENCRYPTED)
+            salt = secrets.token_bytes(SALT_BYTES)
+            return ENCRYPTED + salt, self._blob_cipher(salt).encrypt(NONCE, bytes(data), ENCRYPTED)
         return SIGNED + hmac.new(self._signing, data, hashlib.sha256).digest(), data
 
     def seal(self, data: bytes | bytearray | memoryview) -> bytes:
@@ -94,9 +104,9 @@ class BlobSealer:
                 return data
             raise TamperedBlobError(where, "its signature does not match the checkpoint key")
         if magic == ENCRYPTED:
-            nonce, sealed = bytes(view[4 : 4 + NONCE_BYTES]), bytes(view[4 + NONCE_BYTES :])
+            salt, sealed = bytes(view[4 : 4 + SALT_BYTES]), bytes(view[4 + SALT_BYTES :])
             try:
-                return memoryview(self._aead.decrypt(nonce, sealed, ENCRYPTED))
+                return memoryview(self._blob_cipher(salt).decrypt(NONCE, sealed, ENCRYPTED))
             except InvalidTag:
                 raise TamperedBlobError(where, "it does not decrypt under the checkpoint key") from None
         raise TamperedBlobError(where, "it is not a blob squall sealed (no signature)")

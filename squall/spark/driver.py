@@ -173,6 +173,7 @@ class TopologyRun:
             self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
             keys=self.keys,
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
+            max_proving=self.conf[cfg.SQUALL_LINKS_MAX_CONNECTIONS],
         )
         self.spout_host = SpoutHost(
             topology,

@@ -12,9 +12,11 @@ the server's side of the link handshake (``squall/security/handshake.py``): the
 hub and the worker each prove they hold the run's secret without sending it,
 and the hub sends nothing but its challenge, and unpickles nothing, until the
 worker's proof holds. A connection that has not proved it within
-``squall.links.handshake.timeout.secs`` is closed. After it, every frame (sealed
-with AES-256-GCM when the run encrypts its links) becomes a ``Received`` event,
-and a connection that closes a ``Disconnected`` one.
+``squall.links.handshake.timeout.secs`` is closed, and at most
+``squall.links.max.connections`` may be proving it at once: one more is closed
+as soon as it is accepted. After it, every frame whose tag holds (and that
+decrypts, when the run encrypts its links) becomes a ``Received`` event, and a
+connection that closes a ``Disconnected`` one.
 
 Any thread may ``send``: a frame goes to the socket at once, as far as the
 socket takes it, and the rest waits in its connection's buffer until the poll
@@ -82,9 +84,16 @@ def _send_some(sock: socket.socket, data: bytes | bytearray) -> int:
 
 
 class Hub:
-    def __init__(self, host: str, keys: LinkKeys | None = None, handshake_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        keys: LinkKeys | None = None,
+        handshake_timeout: float = 10.0,
+        max_proving: int = 256,
+    ) -> None:
         self.keys = keys if keys is not None else LinkKeys.generate()
         self.handshake_timeout = handshake_timeout
+        self.max_proving = max_proving  # connections that may be proving the secret at once
         self.bytes_in = 0  # what the workers sent the driver, in frames
         self.bytes_out = 0  # what the driver sent the workers
         family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6, as the host is
@@ -201,8 +210,10 @@ class Hub:
         came = woken = moved = False
         if self._accepting_again_at is not None:
             wait = ACCEPT_PAUSE_SECS if wait is None else min(wait, ACCEPT_PAUSE_SECS)
-        if self._unproven_past_deadline():
-            wait = self.handshake_timeout if wait is None else min(wait, self.handshake_timeout)
+        next_deadline = self._close_unproven_past_deadline()
+        if next_deadline is not None:
+            left = max(0.0, next_deadline - time.monotonic())
+            wait = left if wait is None else min(wait, left)
         for key, mask in self._selector.select(wait):
             if key.fileobj is self._server:
                 self._accept()
@@ -232,6 +243,10 @@ class Hub:
             sock.setblocking(False)
             with contextlib.suppress(OSError):  # reset already: its first read reports it
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if sum(conn.session is None for conn in self._connections.values()) >= self.max_proving:
+                log.warning("the hub has %d connections proving the secret already; one more closed", self.max_proving)
+                sock.close()
+                continue
             connection = self._next_connection
             self._next_connection += 1
             with self._lock:
@@ -312,17 +327,19 @@ class Hub:
         del buffer[:PROOF_BYTES]
         return True
 
-    def _unproven_past_deadline(self) -> bool:
-        """Close the connections that did not prove the secret in time; whether any others are still unproven."""
-        now, waiting = time.monotonic(), False
+    def _close_unproven_past_deadline(self) -> float | None:
+        """Close the connections that did not prove the secret in time; the next deadline of those still proving
+        it, if any."""
+        now, next_deadline = time.monotonic(), None
         for connection, conn in list(self._connections.items()):
             if conn.session is None:
-                if now - conn.accepted_at >= self.handshake_timeout:
+                deadline = conn.accepted_at + self.handshake_timeout
+                if now >= deadline:
                     log.warning("hub connection %d did not prove the run's secret in time; closed", connection)
                     self._drop(connection)
-                else:
-                    waiting = True
-        return waiting
+                elif next_deadline is None or deadline < next_deadline:
+                    next_deadline = deadline
+        return next_deadline
 
     def _drop(self, connection: int) -> None:
         with self._lock:

@@ -6,8 +6,10 @@ Each worker listens on its executor's host (the address it reaches the driver fr
 each peer when it first has something for it, so what one producer sends one target task arrives in the order
 it was sent. Every link opens with the mutual handshake of ``squall/security/handshake.py``: the sender sends
 no frame before the listener proved the run's secret, and the listener unpickles nothing before the sender
-proved it. A listener closes a connection that has not proved it within ``squall.links.handshake.timeout.secs``,
-and holds at most ``squall.links.max.connections`` at once: one more is closed as soon as it is accepted.
+proved it, and every frame after it carries a tag under the link's keys. A listener closes a connection that has
+not proved the secret within ``squall.links.handshake.timeout.secs`` (however slowly its bytes trickle in), and
+holds at most ``squall.links.max.connections`` that have not proved it yet: one more is closed as soon as it is
+accepted. Proven links are one per peer worker, however many connections wait.
 
 Everything a worker receives, from its peers and from the driver's hub, goes into one ``Inbox`` that its
 serving loop reads. What is in flight between workers is bounded by the waves: at most
@@ -24,14 +26,16 @@ import socket
 import struct
 import termios
 import threading
+import time
 from typing import Any
 
 from squall.security.handshake import HandshakeFailed, LinkKeys, Session, client_handshake, server_handshake
-from squall.spark.protocol import encode, read_frames
+from squall.spark.protocol import encode, read_frames, read_within
 
 log = logging.getLogger("squall.worker")
 
 PEER = 0  # the header's destination field on a peer link: the receiving worker itself
+ACCEPT_PAUSE_SECS = 1.0  # after accepting failed (out of file descriptors)
 
 
 class Inbox:
@@ -68,7 +72,8 @@ class Inbox:
 
 
 class PeerListener:
-    """A worker's server for its peers' links: a thread per connection, at most ``max_connections`` of them."""
+    """A worker's server for its peers' links: a thread per connection, at most ``max_connections`` of them still
+    proving the run's secret."""
 
     def __init__(
         self, host: str, keys: LinkKeys, inbox: Inbox, handshake_timeout: float = 10.0, max_connections: int = 256
@@ -80,6 +85,7 @@ class PeerListener:
         self._server = socket.create_server((host, 0))
         self.address: tuple[str, int] = (host, self._server.getsockname()[1])
         self._connections: set[socket.socket] = set()
+        self._proving = 0  # connections that have not proved the secret yet
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, name="squall-links-accept", daemon=True).start()
 
@@ -94,31 +100,45 @@ class PeerListener:
             try:
                 connection, peer = self._server.accept()
             except OSError:
-                return  # closed
+                if self._server.fileno() == -1:
+                    return  # closed
+                time.sleep(ACCEPT_PAUSE_SECS)  # out of file descriptors, say: try again, as the hub does
+                continue
             with self._lock:
-                full = len(self._connections) >= self._max_connections
+                full = self._proving >= self._max_connections
                 if not full:
                     self._connections.add(connection)
+                    self._proving += 1
             if full:
-                log.warning("%s holds %d connections already; %s closed", self.address, self._max_connections, peer)
+                log.warning(
+                    "%s has %d connections proving the secret already; %s closed",
+                    self.address,
+                    self._max_connections,
+                    peer,
+                )
                 connection.close()
                 continue
             threading.Thread(target=self._serve, args=(connection,), name="squall-link-in", daemon=True).start()
 
     def _serve(self, connection: socket.socket) -> None:
+        proving = True
         try:
-            with connection, connection.makefile("rb", buffering=1 << 20) as stream:
-                connection.settimeout(self._handshake_timeout)
+            with connection:
+                deadline = time.monotonic() + self._handshake_timeout
                 try:
-                    session = server_handshake(stream.read, connection.sendall, self._keys)
+                    session = server_handshake(read_within(connection, deadline), connection.sendall, self._keys)
                 except (HandshakeFailed, OSError) as exc:
                     log.warning("a link to %s did not prove the run's secret (%s); closed", self.address, exc)
                     return
+                with self._lock:
+                    self._proving, proving = self._proving - 1, False
                 connection.settimeout(None)
-                read_frames(stream, session, self._inbox, where=f"a link to {self.address}")
+                with connection.makefile("rb", buffering=1 << 20) as stream:
+                    read_frames(stream, session, self._inbox, where=f"a link to {self.address}")
         finally:
             with self._lock:
                 self._connections.discard(connection)
+                self._proving -= proving
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -152,11 +172,11 @@ class PeerLinks:
         self._broken.clear()
 
     def _open(self, worker: int) -> socket.socket:
+        deadline = time.monotonic() + self._handshake_timeout
         link = socket.create_connection(self._addresses[worker], timeout=self._handshake_timeout)
         try:
             link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with link.makefile("rb", buffering=0) as reply:
-                self._sessions[worker] = client_handshake(reply.read, link.sendall, self._keys)
+            self._sessions[worker] = client_handshake(read_within(link, deadline), link.sendall, self._keys)
             link.settimeout(None)
         except BaseException:
             link.close()

@@ -36,7 +36,8 @@ import pickle
 import socket
 import sys
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from types import FunctionType
 from typing import Any, BinaryIO
@@ -504,7 +505,8 @@ def encode(message: Any, destination: int) -> bytes:
 
 def read_frames(stream: BinaryIO, session: Session, inbox: Any, closed: Any = ..., where: str = "a link") -> None:
     """Unpickle frames from ``stream`` (authenticated: ``session``) into ``inbox`` until it ends; then put
-    ``closed``, unless it is ``...``. A record that does not decrypt ends it, before anything of it is unpickled."""
+    ``closed``, unless it is ``...``. A frame whose tag does not hold ends it, before anything of it is unpickled;
+    so does one that cannot be unpickled."""
     try:
         while True:
             frame = session.read(stream.read)
@@ -516,9 +518,32 @@ def read_frames(stream: BinaryIO, session: Session, inbox: Any, closed: Any = ..
         log.warning("%s closed: %s", where, exc)
     except (OSError, ValueError):  # the connection was closed under the reader
         pass
+    except Exception:
+        log.exception("%s closed: a frame could not be unpickled", where)
     finally:
         if closed is not ...:
             inbox.put(closed)
+
+
+def read_within(sock: socket.socket, deadline: float) -> Callable[[int], bytes]:
+    """A blocking ``read(n)`` of exactly ``n`` bytes from ``sock`` (fewer when it closes), raising
+    ``TimeoutError`` once ``deadline`` (``time.monotonic()``) has passed, however slowly the bytes trickle in. It
+    reads no byte past those asked for, so the connection's frames can be read from a stream after it."""
+
+    def read(size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the other end did not finish the handshake in time")
+            sock.settimeout(left)
+            chunk = sock.recv(size - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return bytes(data)
+
+    return read
 
 
 class WorkerChannel:
@@ -526,15 +551,16 @@ class WorkerChannel:
     the hub must prove the run's secret before the worker sends or reads a frame."""
 
     def __init__(self, address: tuple[str, int], keys: LinkKeys, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
         self._sock = socket.create_connection(address, timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._reader = self._sock.makefile("rb", buffering=1 << 20)
         try:
-            self._session = client_handshake(self._reader.read, self._sock.sendall, keys)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._session = client_handshake(read_within(self._sock, deadline), self._sock.sendall, keys)
+            self._sock.settimeout(None)
+            self._reader = self._sock.makefile("rb", buffering=1 << 20)  # after the handshake: it read no more
         except BaseException:
-            self.close()
+            self._sock.close()
             raise
-        self._sock.settimeout(None)
         self._lock = threading.Lock()  # records go out in the order they are sealed
 
     @property

@@ -161,6 +161,7 @@ class WaveScheduler:
         *,
         keys: RunKeys,
         handshake_timeout: float = 10.0,
+        max_proving: int = 256,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
@@ -225,7 +226,7 @@ class WaveScheduler:
         self.on_message: Callable[[Any], None] | None = None
         self.on_generation: Callable[[int], None] | None = None
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval, sealer)
-        self.hub = Hub(hub_host(sc), keys.links, handshake_timeout) if workers else None
+        self.hub = Hub(hub_host(sc), keys.links, handshake_timeout, max_proving) if workers else None
         if workers:
             self._launch()
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from pyspark import SparkContext, cloudpickle
 
+from squall.model.config import SQUALL_CHECKPOINT_KEY
 from squall.model.errors import SquallError
 from squall.model.topology import Topology
 from squall.spark.failures import TaskSetupError
@@ -138,6 +139,7 @@ def ship_topology(
     ``objects`` ships another object in place of a component's own (a transactional spout for its stand-in)."""
     ship_user_modules()
     objects = objects or {}
+    conf = {key: value for key, value in conf.items() if key != SQUALL_CHECKPOINT_KEY}  # keys go in the closure
     blobs = {cid: pickle_component(cid, objects.get(cid, topology.components[cid].obj)) for cid in components}
     stripped = topology.with_objects(dict.fromkeys(topology.components))
     return sc.broadcast(pack(ShippedTopology(stripped, conf, blobs)))

@@ -552,9 +552,18 @@ def _run_worker(
     timeout = conf[SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS]
     channel = WorkerChannel(address, keys.links, timeout)
     inbox, links = Inbox(), PeerLinks(keys.links, timeout)
-    listener = PeerListener(channel.local_host, keys.links, inbox, timeout, conf[SQUALL_LINKS_MAX_CONNECTIONS])
+    try:
+        listener = PeerListener(channel.local_host, keys.links, inbox, timeout, conf[SQUALL_LINKS_MAX_CONNECTIONS])
+    except BaseException:
+        channel.close()
+        raise
     channel.start_reading(inbox)
-    worker = Worker(shipped, channel, index, inbox, links, keys.sealer())
+    try:
+        worker = Worker(shipped, channel, index, inbox, links, keys.sealer())
+    except BaseException:
+        listener.close()
+        channel.close()
+        raise
     try:
         channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch, listener.address))
         try:

@@ -19,7 +19,7 @@ from pyspark import cloudpickle  # values of classes shipped by value, as bolts'
 
 from squall.state.providers import FileStateProvider, RedisStateProvider, StateStoreSpec
 
-_OPEN: dict[StateStoreSpec, FileStateProvider | RedisStateProvider] = {}
+_OPEN: dict[tuple[StateStoreSpec, str | None], FileStateProvider | RedisStateProvider] = {}
 
 
 class StateBlobs:
@@ -32,9 +32,11 @@ class StateBlobs:
 
     @classmethod
     def open(cls, spec: StateStoreSpec, component: str, task: int) -> StateBlobs:
-        provider = _OPEN.get(spec)
+        """The task's blobs in the store ``spec`` names, sealed with its sealer: one provider per store and key."""
+        found = (spec, spec.sealer.fingerprint if spec.sealer is not None else None)
+        provider = _OPEN.get(found)
         if provider is None:
-            provider = _OPEN[spec] = spec.open()
+            provider = _OPEN[found] = spec.open()
         return cls(provider, component, task)
 
     def put(self, name: str, value: Any) -> None:

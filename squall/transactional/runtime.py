@@ -136,6 +136,7 @@ class TransactionalRun:
             replace_timeout=self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
             keys=run_keys(self.conf, dict(sc.getConf().getAll())),
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
+            max_proving=self.conf[cfg.SQUALL_LINKS_MAX_CONNECTIONS],
         )
         self.scheduler.on_message = self._on_message
         self.scheduler.on_generation = self._on_generation
