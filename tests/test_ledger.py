@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rotating_map import RotatingMap
 
-from squall.reliability import AckLedger, PartitionedLedger, RotatingMap, acker_partition
+from squall.reliability import AckLedger, PartitionedLedger, acker_partition
 
 
 def pairs(settled):

@@ -1,8 +1,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from squall.reliability import RotatingMap
+from rotating_map import RotatingMap
 
 
 def test_needs_two_buckets():

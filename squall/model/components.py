@@ -1,17 +1,39 @@
-"""Base classes for the user's spouts and bolts.
+"""Base classes for the user's spouts and bolts, and the rules their methods are called by.
 
 Subclasses need not call ``__init__``. ``outputs`` declares the output streams:
 a sequence of field names for the ``default`` stream, or a mapping of stream id
 to field names.
+
+**Instances.** ``__init__`` runs where the topology is declared. Each task then
+gets its own instance, copied from the declared one: unpickled on the Spark
+worker that hosts the task (a spout under ``TestCluster`` is a deep copy in the
+test's process). Make connections, files, locks and threads in ``open`` or
+``prepare``, which run where the task runs, not in ``__init__``.
+
+**Threads.** A worker (one long-lived Spark task) runs every bolt task it
+hosts, and under ``LocalCluster`` and ``squall run`` its spout and acker tasks
+too, on one thread. A task's methods are never called concurrently, always
+from that thread, so a task needs no lock for its own attributes; but a method
+that blocks holds up every task of its worker. Under ``TestCluster`` the spout
+tasks run on the test's thread instead, the one that runs the waves
+(``wait_idle``, ``advance_time``). ``squall.transactional.BatchBolt`` runs
+otherwise: see its docstring.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields, as_fields
+
+if TYPE_CHECKING:  # the runtime's classes, for annotations only: the model never imports squall.spark
+    from squall.model.state import KeyValueState
+    from squall.model.topology import TopologyContext
+    from squall.model.tuple import Tuple
+    from squall.spark.collectors import BasicOutputCollector, OutputCollector
+    from squall.spark.spouts import SpoutOutputCollector
 
 DEFAULT_STREAM = "default"
 
@@ -19,82 +41,183 @@ OutputsDeclaration = Sequence[str] | Mapping[str, Sequence[str]] | Fields
 
 
 class Spout:
-    """A source of tuples. Lives on the driver; ``next_tuple`` is called each wave."""
+    """A source of tuples: Storm's ``ISpout``.
+
+    Each spout task runs on a Spark worker under ``LocalCluster`` and ``squall run``, and in the test's process
+    under ``TestCluster``. Every call a task gets, from ``open`` to ``close``, is made on one thread: on a worker,
+    the thread that also runs that worker's bolt and acker tasks; under ``TestCluster``, the test's thread that runs
+    the waves. None of the calls should block: ``next_tuple`` returns at once when there is nothing to emit, and the
+    run paces an idle topology itself, with growing pauses between waves, as Storm's wait strategy does.
+
+    What is guaranteed: every tuple emitted with a ``msg_id`` ends in exactly one ``ack(msg_id)`` or
+    ``fail(msg_id)`` on the task instance that emitted it. If that instance is lost with its worker's process, a new
+    instance of the task is opened, and the source must redeliver what the old one had not acked, as a reliable
+    source does.
+    """
 
     outputs: OutputsDeclaration = ()
 
-    def open(self, conf: dict, context: Any, collector: Any) -> None:
-        pass
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        """Called once per task instance, before any other call, when the run first asks the task for tuples.
+
+        ``conf`` is the topology's config with the component's own over it; ``context`` says which task this is;
+        ``collector`` is the task's for its whole life: keep it. Connect to the source here. What ``open``
+        raises stops the topology, naming the component and the task (on a worker, once Spark's retries of the
+        worker fail too).
+        """
 
     def next_tuple(self) -> None:
-        pass
+        """Emit the next tuples through the collector, or return at once if there are none; never wait.
+
+        Called repeatedly in each wave, until the task has emitted its share of the wave, has
+        ``topology.max.spout.pending`` trees pending, or emits nothing in a call; not called while the spout is
+        deactivated. A call may emit any number of tuples; ``collector.emit_budget`` says how many it may still
+        emit. What it raises is logged and counted, and the task is asked again in the next wave; the same error
+        ``squall.max.repeated.errors`` times in a row with no emit in between stops the topology.
+        """
 
     def ack(self, msg_id: Any) -> None:
-        pass
+        """The tuple tree of ``msg_id`` completed: every tuple in it was acked.
+
+        Acks are applied per wave, so this comes a wave or more after the emit: once the wave that acked the
+        tree's last tuple has completed, and, for a tree that went through a ``StatefulBolt``, once the
+        checkpoint holding that bolt's state is complete. With ``topology.acker.executors`` 0, or when no bolt
+        reads the stream, it comes at once, after the wave's ``next_tuple`` calls. Called between ``next_tuple``
+        calls, on the same thread. What it raises is logged and counted.
+        """
 
     def fail(self, msg_id: Any) -> None:
-        pass
+        """The tuple tree of ``msg_id`` failed: replay the message if the source is reliable.
+
+        Called when a bolt fails a tuple of the tree (or raises in ``execute``); when the tree times out
+        (between one and two ``topology.message.timeout.secs`` after the emit, unless a bolt called
+        ``reset_timeout``); under ``LocalCluster`` and ``squall run``, when the run restarts its workers after
+        one was lost (the trees pending on the task fail back); and when a kill with a wait ends with trees
+        still pending. An explicit fail arrives as an ack does, once its wave has completed. Called between
+        ``next_tuple`` calls, on the same thread. To replay, keep the message and emit it again from
+        ``next_tuple``, where the budgets are counted. What it raises is logged and counted.
+        """
 
     def activate(self) -> None:
-        """The topology (re)starts calling ``next_tuple`` after a deactivation."""
+        """The topology (re)starts calling ``next_tuple`` after a deactivation; called on the task's thread."""
 
     def deactivate(self) -> None:
-        """``next_tuple`` will not be called until ``activate``; acks and fails still arrive."""
+        """``next_tuple`` will not be called until ``activate``; acks and fails still arrive.
+
+        Called on the task's thread before its next call, after ``squall deactivate``, and at the start of a
+        kill with a wait (``squall kill --wait``, Ctrl-C under ``squall run``) or a rebalance.
+        """
 
     def close(self) -> None:
-        pass
+        """Called once, on the task's thread, as the task stops: release what ``open`` made.
+
+        It comes as the topology stops (after a kill's wait has failed the trees still pending back to the
+        spout), and when a restart changes which spout tasks the task's worker hosts. It does not come when the
+        task's process dies. No call follows it. What it raises is logged.
+        """
 
 
 class Bolt:
-    """A processing step that acks, fails and anchors explicitly."""
+    """A processing step that acks, fails and anchors explicitly: Storm's ``IRichBolt``.
+
+    Each task runs on a Spark worker, on the one thread that runs every task of that worker (see the module's
+    docstring): ``execute`` should not block for long, since the worker's other tasks wait meanwhile.
+
+    A task's state is its attributes. They are saved from time to time (about every ``squall.snapshot.interval.ms``
+    under ``LocalCluster`` and ``squall run``; after each wave in which the task executed something under
+    ``TestCluster``), and a task that restarts after a lost worker is rebuilt: a new instance, ``prepare``, then the
+    saved attributes laid over it; the tuples since are delivered again. Attributes that cannot be pickled (a
+    socket, a connection, a lock) are left out of the save and must be made by ``prepare``. A bolt whose class sets
+    ``task_snapshots = False`` is not saved: it restarts from ``prepare`` alone, as a Storm bolt does.
+    """
 
     outputs: OutputsDeclaration = ()
 
-    def prepare(self, conf: dict, context: Any, collector: Any) -> None:
-        pass
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        """Called once per task instance, before its first ``execute``, on the worker that runs the task.
 
-    def execute(self, tup: Any) -> None:
+        That is at the start of the run and whenever the task is rebuilt after a restart (a worker process that
+        still holds the task's instance at the very state it restarts from reuses it, with no new ``prepare``).
+        ``conf`` is the topology's config with the component's own over it; keep ``collector``, the task's for
+        its whole life. What ``prepare`` raises on every retry of the worker stops the topology, naming the
+        component and the task.
+        """
+
+    def execute(self, tup: Tuple) -> None:
+        """Process one input tuple: emit through the collector, anchored to ``tup``, then ack or fail it.
+
+        Called once per tuple delivered to the task, on the worker's thread. Tuples from one upstream task
+        arrive in the order it emitted them. With ``topology.tick.tuple.freq.secs`` set (for the topology or the
+        component), tick tuples arrive here too: ``tup.is_tick``. Every input should end in one
+        ``collector.ack`` or ``collector.fail``, in this call or a later one; one never acked times out (with
+        message timeouts on) and its spout tuple fails. Emits leave in batches, at the latest when the task ends
+        its wave, and acks when it ends the wave.
+
+        Raising ``FailedException`` fails ``tup``; any other exception fails it too, is logged with the
+        component and the task, and the topology goes on, unless the same error comes
+        ``squall.max.repeated.errors`` times in a row with no tuple going through in between.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define execute(tup)")
 
     def cleanup(self) -> None:
-        pass
+        """Not called by squall, as Storm does not guarantee it on a cluster: a task may end with its process.
+
+        Do not rely on it to flush or release anything.
+        """
 
 
 class StatefulBolt(Bolt):
     """A bolt whose state survives workers and waves: Storm's ``IStatefulBolt``.
 
-    ``init_state(state)`` is called once per task instance, after ``prepare``,
-    with the task's ``KeyValueState`` as of the last completed wave (empty at
-    first). Keep in it everything the task must not lose; its other attributes
-    are made again by ``prepare`` wherever the task is rebuilt. Only the keys a
-    wave changed are saved after it. ``pre_commit(checkpoint_id)`` is called
-    before a checkpoint of the state is taken. ``execute``, ``ack`` and anchoring
-    work as for ``Bolt``.
+    ``init_state(state)`` is called once per task instance, after ``prepare``, with the task's ``KeyValueState`` as
+    the task restarts from it: empty on a first run, else as of the last complete checkpoint or the snapshot a
+    restarted task is rebuilt from. Keep in it everything the task must not lose; its other attributes are not
+    saved, and are made again by ``prepare`` wherever the task is rebuilt.
+
+    ``execute``, ``ack`` and anchoring work as for ``Bolt``, on the same thread, but the acks of a stateful task are
+    held until the checkpoint that holds its state as of their wave is complete: its spouts see them only then.
     """
 
-    def init_state(self, state: Any) -> None:
+    def init_state(self, state: KeyValueState) -> None:
+        """Called once per task instance, after ``prepare`` and before the first ``execute``: keep ``state``.
+
+        What it raises stops the topology, as ``prepare``'s does.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define init_state(state)")
 
     def pre_commit(self, checkpoint_id: int) -> None:
-        pass
+        """Called before the task's state is saved for checkpoint ``checkpoint_id``.
+
+        That is at the end of the wave that carries the checkpoint (one every
+        ``topology.state.checkpoint.interval.ms``), after that wave's last ``execute``, on the task's thread:
+        put into the state anything held elsewhere. What it raises is logged and reported, and the checkpoint
+        goes on.
+        """
 
 
 class BasicBolt:
-    """A bolt whose emits are anchored to the input and whose input is acked on return.
+    """A bolt whose emits are anchored to the input and whose input is acked on return: Storm's ``IBasicBolt``.
 
-    Raising ``FailedException`` fails the input instead.
+    Raising ``FailedException`` fails the input instead; any other exception fails it too and is logged. It runs as
+    a ``Bolt`` does: one thread per worker, ``prepare`` per task instance, its attributes saved and restored.
     """
 
     outputs: OutputsDeclaration = ()
 
-    def prepare(self, conf: dict, context: Any) -> None:
-        pass
+    def prepare(self, conf: dict[str, Any], context: TopologyContext) -> None:
+        """Called once per task instance, before its first ``execute``, as ``Bolt.prepare`` is."""
 
-    def execute(self, tup: Any, collector: Any) -> None:
+    def execute(self, tup: Tuple, collector: BasicOutputCollector) -> None:
+        """Process one input tuple; what ``collector`` emits is anchored to ``tup``.
+
+        Called once per tuple, on the worker's thread, in each upstream task's emission order (and for tick
+        tuples, as ``Bolt.execute``). ``tup`` is acked after this returns (with the rest of its batch), or
+        failed if this raises. ``collector`` anchors to the tuple being executed: use it only during the call.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define execute(tup, collector)")
 
     def cleanup(self) -> None:
-        pass
+        """Not called by squall, as ``Bolt.cleanup``."""
 
 
 def declared_streams(component_id: str, component: Any) -> dict[str, Fields]:

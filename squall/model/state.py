@@ -51,7 +51,18 @@ class StateDelta:
 class KeyValueState:
     """A task's keys and values (Storm's ``KeyValueState``); keys and values must be picklable.
 
-    ``put``, ``get``, ``delete``, ``in``, iteration over the keys and ``len`` work as on a dict.
+    A ``StatefulBolt`` task is handed its state by ``init_state``, once per task instance, and uses it from its
+    own calls (``execute``, ``pre_commit``) on the task's thread: it is not thread-safe. ``put``, ``get``,
+    ``delete``, ``in``, iteration over the keys and ``len`` work as on a dict.
+
+    What is guaranteed: the acks of a stateful task reach the spouts only once a checkpoint holds the state as
+    it was after those tuples. A topology restarted under the same name and ``squall.checkpoint.dir`` gets back
+    the last complete checkpoint, and its spouts replay what was not acked (at least once: an update may be
+    applied twice); a task restarted after a lost worker gets back its last saved state, and the tuples since
+    are delivered again. Only ``put`` and ``delete`` mark a key changed, and a checkpoint may save only the
+    keys changed since the last one: after changing a value in place, ``put`` it again. A key or value that
+    cannot be pickled stops the topology when the state is next saved, with a message naming the component.
+
     ``blobs``, where the runtime gives one (``squall.state.blobs.StateBlobs``), keeps values written once beside
     the state, which the state names instead of holding them (``None`` under ``TestCluster``).
     """
@@ -66,10 +77,12 @@ class KeyValueState:
         self._deletes: dict[Any, None] = {}
 
     def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value``; saved with the task's next snapshot or checkpoint."""
         self._data[key] = value
         self._puts[key] = value
 
     def get(self, key: Any, default: Any = None) -> Any:
+        """The value of ``key``, or ``default``: the object held, not a copy."""
         return self._data.get(key, default)
 
     def delete(self, key: Any) -> None:
@@ -89,6 +102,7 @@ class KeyValueState:
         return len(self._data)
 
     def items(self):
+        """``(key, value)`` pairs, as a dict's ``items()``."""
         return self._data.items()
 
     def __repr__(self) -> str:

@@ -146,7 +146,13 @@ class Topology:
 
 @dataclass(frozen=True)
 class TopologyContext:
-    """What a task knows about itself and the topology, handed to open/prepare."""
+    """What a task knows about itself and the topology: Storm's ``TopologyContext``.
+
+    Handed to ``open`` (a spout), ``prepare`` (a bolt, a windowed bolt, a batch bolt) once per task instance,
+    on the thread that runs the task. It is immutable and reads only the built topology, so it may be kept for
+    the task's life and read from any thread. ``component_id`` and ``task_id`` (unique in the topology) name the
+    task; ``topology`` is the built ``Topology`` it belongs to.
+    """
 
     topology: Topology
     component_id: str
@@ -154,16 +160,20 @@ class TopologyContext:
 
     @property
     def task_index(self) -> int:
+        """This task's index among its component's tasks, 0 to parallelism - 1."""
         return self.topology.task_ids(self.component_id).index(self.task_id)
 
     def component_tasks(self, component_id: str) -> list[int]:
+        """The task ids of ``component_id``, in order: a task's index is its place in the list."""
         return list(self.topology.task_ids(component_id))
 
     @property
     def this_component_tasks(self) -> list[int]:
+        """The task ids of this task's component."""
         return self.component_tasks(self.component_id)
 
     def output_fields(self, stream: str = "default") -> Fields:
+        """The fields this component declares on ``stream``."""
         return self.topology.stream_fields(self.component_id, stream)
 
     # -- Storm's names -------------------------------------------------------

@@ -10,7 +10,6 @@ from squall.reliability.ledger import (
     Settled,
     acker_partition,
 )
-from squall.reliability.rotating_map import RotatingMap
 
 __all__ = [
     "AckLedger",
@@ -18,7 +17,6 @@ __all__ = [
     "LedgerEntry",
     "Outcome",
     "PartitionedLedger",
-    "RotatingMap",
     "Settled",
     "ack_messages",
     "acker_partition",

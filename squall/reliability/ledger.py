@@ -338,9 +338,6 @@ class PartitionedLedger:
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.partitions)
 
-    def partition_of(self, root: int) -> int:
-        return root % len(self.partitions)
-
     def merge(self, roots, xors, init_tasks=None, failed=None, reset=None) -> Outcome:
         roots = np.asarray(roots, dtype=np.uint64)
         columns = [np.asarray(c) if c is not None else None for c in (xors, init_tasks, failed, reset)]

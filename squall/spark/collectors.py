@@ -1,4 +1,5 @@
-"""The collectors handed to spouts and bolts."""
+"""The collectors handed to bolts: ``OutputCollector`` (a ``Bolt``'s, a ``BatchBolt``'s) and
+``BasicOutputCollector`` (a ``BasicBolt``'s). A spout's is ``spouts.SpoutOutputCollector``."""
 
 from __future__ import annotations
 
@@ -111,8 +112,14 @@ def plain_rows(rows: list, arity: cython.Py_ssize_t) -> list | None:
 
 @cython.cclass
 class OutputCollector:
-    """A bolt task's collector: emits are routed by the groupings into a ``Batch`` per target task; acks are
-    buffered for the acker.
+    """A bolt task's collector, handed to ``prepare`` for the task's life: Storm's ``OutputCollector``.
+
+    Use it from the task's ``execute`` (and a ``BatchBolt``'s ``finish_batch``), on the task's thread: it is not
+    thread-safe, and it cannot emit from ``prepare``, which comes before the task's first wave. Emits are routed by
+    the groupings into a ``Batch`` per target task, and reach each target task in the order they were made. Acks,
+    fails and timeout resets are buffered and go to the ackers, XOR-reduced per root, when the task ends its wave;
+    they take effect once that wave has completed. In a transactional topology (a ``BatchBolt``'s collector) there
+    is no tuple tree: anchors and acks change nothing, and ``fail`` in ``execute`` fails the batch.
 
     A batch that reaches ``CHUNK_ROWS`` goes to ``ship`` at once; the rest stay in ``outbox`` until the task
     ends its wave (``take_batches``). The common emit (declared plain values, to one subscriber whose grouping
@@ -271,7 +278,12 @@ class OutputCollector:
         anchors: Tuple | Iterable[Tuple] | None = None,
         stream: str = DEFAULT_STREAM,
     ) -> list[int]:
-        """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids."""
+        """Emit ``values`` on ``stream``, anchored to ``anchors``; returns the target task ids.
+
+        ``anchors`` is the input tuple (or a list of them: multi-anchoring) whose trees the new tuple joins, or
+        None for a tuple outside any tree. Values that do not match the stream's declared fields raise
+        ``EmitError``, and one that cannot be pickled ``SerializationError``, naming the component, the stream
+        and the field."""
         kind = type(values)
         if (kind is tuple or kind is list) and len(values) == self._arity.get(stream, -1) and _plain_values(values):
             values = tuple(values)  # EmitChecker's fast path, inline
@@ -315,12 +327,15 @@ class OutputCollector:
         anchors: Tuple | Iterable[Tuple] | None = None,
         stream: str = DEFAULT_STREAM,
     ) -> None:
+        """Emit to ``task``, a task of a bolt that reads ``stream`` with ``direct_grouping``, anchored as
+        ``emit``; ``EmitError`` if the stream is not direct or ``task`` does not read it."""
         values = self._check(stream, values)
         bolt = direct_target(self._topology, self._component, stream, task)
         self._send([(bolt, task)], stream, values, anchors)
 
     @cython.locals(count=cython.Py_ssize_t, acked=Tuple)
     def ack(self, tup: Tuple) -> None:
+        """The task is done with ``tup``: ack each input once, after emitting what is anchored to it."""
         self._acked += 1
         if self._acking:
             acked = cython.cast(Tuple, tup, typecheck=True)
@@ -360,11 +375,13 @@ class OutputCollector:
             self._message_edges.append(edge)
 
     def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``'s trees: the spout tuple each descends from fails (``Spout.fail``), whatever else acks."""
         self.status.failed += 1
         if self._acking:
             self.failed_roots.extend(fail_messages(tup))
 
     def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the timeout of ``tup``'s trees (Storm's ``resetTimeout``): for a tuple the task holds long."""
         if self._acking:
             self.reset_roots.extend(tup.anchors_to_ids)
 
@@ -405,6 +422,9 @@ class OutputCollector:
         return AckBatch.from_acks(all_roots, all_edges, [r for r in failed if r], [r for r in reset if r])
 
     def report_error(self, error: BaseException) -> None:
+        """Count ``error`` among the run's errors (the web UI's and ``squall run``'s), with the component and the
+        task; in an at-least-once topology it fails nothing (in a ``BatchBolt``'s ``execute`` it fails the
+        batch)."""
         text = "".join(traceback.format_exception(error))
         self.status.errors.append(f"{self._component} task {self._task}: {text}")
 
@@ -416,7 +436,8 @@ class OutputCollector:
 
 @cython.cclass
 class BasicOutputCollector:
-    """What a ``BasicBolt`` sees: emits are anchored to the tuple being executed."""
+    """What a ``BasicBolt``'s ``execute`` gets: emits are anchored to the tuple being executed, which the runtime
+    acks when ``execute`` returns (or fails if it raises). Use it only during that call, on the task's thread."""
 
     _collector = cython.declare(OutputCollector)
     input = cython.declare(object, visibility="public")
@@ -426,13 +447,17 @@ class BasicOutputCollector:
         self.input: Tuple | None = None
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """``OutputCollector.emit``, anchored to the input; returns the target task ids."""
         return self._collector.emit(values, self.input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """``OutputCollector.emit_direct``, anchored to the input."""
         self._collector.emit_direct(task, values, anchors=self.input, stream=stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
+        """``OutputCollector.reset_timeout``."""
         self._collector.reset_timeout(tup)
 
     def report_error(self, error: BaseException) -> None:
+        """``OutputCollector.report_error``."""
         self._collector.report_error(error)

@@ -111,16 +111,6 @@ class Batch:
         self.roots.append(root)
         self.edges.append(edge)
 
-    def add_in_trees(self, stream: str, values: tuple, anchors: dict[int, int]) -> None:
-        """A row with any ``{root: edge}``: kept in the columns when it is in exactly one tree."""
-        if len(anchors) == 1:
-            ((root, edge),) = anchors.items()
-            self.add(stream, values, root, edge)
-            return
-        if anchors:
-            self.trees[len(self.values)] = anchors
-        self.add(stream, values)
-
     def __len__(self) -> int:
         return len(self.values)
 

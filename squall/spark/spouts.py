@@ -59,6 +59,24 @@ class DriverOutbox:
 
 
 class SpoutOutputCollector:
+    """A spout task's collector, handed to ``open`` for the task's life: Storm's ``SpoutOutputCollector``.
+
+    Use it from the spout's own methods, on the task's thread: it is not thread-safe. Emit from ``next_tuple``,
+    where the budgets below are counted. An emit with a ``msg_id`` starts a tuple tree that ends in one
+    ``ack(msg_id)`` or ``fail(msg_id)`` on this task; one without is not tracked. What the task emits in a wave
+    leaves once the wave's spout calls are done, to each target task in emission order. An emit that does not
+    match the declared stream and fields raises ``EmitError``, and a value that cannot be pickled
+    ``SerializationError``, each naming the component, the stream and what is wrong.
+
+    ``emit_budget``: how many tuples the current ``next_tuple`` call may still emit, set before each call: the
+    task's share of the wave left, and no more than ``topology.max.spout.pending`` less its trees pending. It is
+    not enforced: a call that emits more ends the task's calls for the wave, and may take it past
+    ``topology.max.spout.pending``.
+
+    ``may_wait``: False in a run, where ``next_tuple`` must return at once; a spout that can wait for input (a
+    broker's poll timeout) asks this before it does.
+    """
+
     def __init__(
         self, host: SpoutHost, topology: Topology, component: str, task: int, weights: TaskWeights | None = None
     ) -> None:
@@ -72,8 +90,9 @@ class SpoutOutputCollector:
         # not wait for input. A spout that can wait (a broker's poll timeout) asks this.
         self.may_wait = False
 
-    def emit(self, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        """Emit a spout tuple; with a ``msg_id`` it is tracked and acked or failed later."""
+    def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a spout tuple on ``stream``; with a ``msg_id`` it is tracked and acked or failed later. Returns
+        the target task ids (none when no bolt reads the stream: a tracked tuple is then acked at once)."""
         values = self._check(stream, values)
         pick = self._pickers.get(stream)
         if pick is None:
@@ -110,12 +129,15 @@ class SpoutOutputCollector:
                     self._component, self._task, stream, values, None if msg_ids is None else msg_ids[i], targets
                 )
 
-    def emit_direct(self, task: int, values, msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
+    def emit_direct(self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
+        """Emit to ``task``, a task of a bolt that reads ``stream`` with ``direct_grouping``; ``EmitError`` if the
+        stream is not direct or ``task`` does not read it."""
         values = self._check(stream, values)
         direct_target(self._topology, self._component, stream, task)
         self._host.emit(self._component, self._task, stream, values, msg_id, [task])
 
     def report_error(self, error: BaseException) -> None:
+        """Count and log ``error`` among the run's errors (the web UI's and ``squall run``'s), failing nothing."""
         self._host.error(self._component, self._task, "reported an error", error, uncaught=False)
 
     def report_malformed(self, what: str) -> None:

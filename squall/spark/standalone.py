@@ -165,13 +165,6 @@ class SparkStandaloneCluster:
         except (OSError, ValueError):  # not serving yet, or not yet its JSON (a page while it starts)
             return 0
 
-    def wait_alive(self, count: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while self.alive() < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Spark master has {self.alive()} alive workers, not {count}")
-            time.sleep(0.2)
-
     def running(self) -> list[int]:
         """The indexes of the workers whose process is still running."""
         return [i for i, process in enumerate(self.workers) if process.poll() is None]

@@ -64,10 +64,6 @@ class ComponentStats:
         self.state_seconds += status.state_seconds
         self.busy_seconds += status.busy_seconds
 
-    def record_latencies(self, seconds: list[float]) -> None:
-        """Many latencies at once."""
-        self.record_buckets(*latency_buckets(seconds))
-
     def record_buckets(self, values: np.ndarray, counts: np.ndarray) -> None:
         """Latencies as ``latency_buckets`` gives them: each bucket recorded once with its count."""
         with self._latency_lock:

@@ -17,9 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.model.errors import InvalidTopologyError
+
+if TYPE_CHECKING:  # for annotations only: the executor imports this module
+    from squall.model.topology import TopologyContext
+    from squall.windowing.executor import WindowedOutputCollector
 
 DEFAULT_WATERMARK_INTERVAL_MS = 1000
 LATE_TUPLE_FIELD = "tuple"
@@ -135,11 +139,22 @@ WindowSpec = Count | Duration
 
 
 class WindowedBolt:
-    """A bolt over windows of its input: ``execute(window)`` runs each time a window fires.
+    """A bolt over windows of its input: Storm's ``BaseWindowedBolt``; ``execute(window)`` runs each time a window
+    fires.
+
+    It runs inside a bolt task (``squall.windowing.executor``), as a ``Bolt`` does: an instance per task,
+    ``prepare`` once per task instance, every call on the one thread that runs its worker's tasks, so
+    ``execute`` should not block for long. Neither its windows nor its attributes are saved with the task: a
+    task rebuilt after a lost worker starts from ``prepare`` with empty windows, and the tuples they held time
+    out and are replayed by their spouts. With ``with_persistence()`` the windows are kept in the task's state
+    instead, and the bolt may define ``init_state(state)`` for state of its own (as a ``KeyValueState``), saved
+    with them.
 
     Its collector (given to ``prepare``) has ``emit``, ``emit_direct``, ``report_error`` and ``reset_timeout``;
-    emits are anchored to every tuple of the window being executed. Acking is the runtime's: a tuple is acked
-    once it has expired from every window it belongs to.
+    emits are anchored to every tuple of the window being executed (with persistence they are not anchored:
+    the window's tuples are acked already). Acking is the runtime's: a tuple is acked once it has expired from
+    every window it belongs to; with persistence, once it is in the window's state, so its spout sees the ack
+    once a checkpoint holds it.
     """
 
     outputs: Any = ()
@@ -228,14 +243,21 @@ class WindowedBolt:
         return self
 
     # -- what the user writes ------------------------------------------------------------------------------
-    def prepare(self, conf: dict, context: Any, collector: Any) -> None:
-        pass
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: WindowedOutputCollector) -> None:
+        """Called once per task instance, before any window fires, as ``Bolt.prepare`` is; keep ``collector``."""
 
     def execute(self, window: Window) -> None:
+        """Process one firing of the window, on the task's thread.
+
+        It fires as tuples arrive for a ``Count`` sliding interval, and on the tick the runtime asks for every
+        ``Duration`` sliding interval; under event time (``with_timestamp_field``), when a watermark, made every
+        watermark interval, passes its end. What it raises is reported among the run's errors, and the topology
+        goes on; without persistence the window's new tuples fail, and their spouts replay them.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define execute(window)")
 
     def cleanup(self) -> None:
-        pass
+        """Not called by squall, as ``Bolt.cleanup``."""
 
     # -- what the runtime asks -----------------------------------------------------------------------------
     @property

@@ -58,7 +58,9 @@ DEFAULT_LAG_MS = 0
 
 
 class WindowedOutputCollector:
-    """The windowed bolt's collector: emits are anchored to the window being executed."""
+    """A ``WindowedBolt``'s collector, handed to its ``prepare``: emits are anchored to every tuple of the window
+    being executed (not anchored for a persistent window, whose tuples are acked already). Acks are the
+    runtime's. Use it from ``execute(window)``, on the task's thread."""
 
     def __init__(self, collector: Any) -> None:
         self._collector = collector
@@ -66,16 +68,20 @@ class WindowedOutputCollector:
         self.anchored = True  # False for a persistent window, whose tuples are acked before it fires
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """``OutputCollector.emit``, anchored to the window; returns the target task ids."""
         return self._collector.emit(values, list(self.anchors) if self.anchored else None, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """``OutputCollector.emit_direct``, anchored to the window."""
         anchors = list(self.anchors) if self.anchored else None
         self._collector.emit_direct(task, values, anchors=anchors, stream=stream)
 
     def reset_timeout(self, tup: Any) -> None:
+        """``OutputCollector.reset_timeout``: for a tuple the window holds long."""
         self._collector.reset_timeout(tup)
 
     def report_error(self, error: BaseException) -> None:
+        """``OutputCollector.report_error``."""
         self._collector.report_error(error)
 
 

@@ -1,5 +1,8 @@
 """Storm's RotatingMap: a map whose entries expire after a fixed number of rotations.
 
+A test oracle: squall's acker ledger (``squall/reliability/ledger.py``) keeps its timeout buckets in columns, and
+``tests/test_ledger.py`` checks that they expire entry for entry as this map does.
+
 The map holds ``num_buckets`` dicts. ``put`` places a key in the newest bucket
 (the nursery) and removes it from every other one. ``rotate`` drops the oldest
 bucket (death row), adds a fresh nursery and returns what was dropped. An entry
