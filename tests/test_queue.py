@@ -166,6 +166,40 @@ def test_queue_spout_emits_what_failed_before_the_newer_messages_it_had_claimed(
     spout.close()
 
 
+def test_a_spout_tasks_next_instance_emits_what_the_last_one_left_pending_before_anything_newer(path):
+    """A spout task's process dies with messages emitted and claimed; the task's next instance (a new process,
+    the old one perhaps not yet seen gone) puts them back as it opens and emits them first, in the queue's
+    order, so an event-time window downstream does not take them for late ones."""
+    from squall import TopologyBuilder
+    from squall.connectors import QueueSpout
+    from squall.model.topology import TopologyContext
+
+    producer = ReliableQueue(path, "q")
+    ids = producer.put_many([[i] for i in range(8)])
+    builder = TopologyBuilder()
+    builder.set_spout("numbers", QueueSpout(path, "q", fields=["n"], prefetch=4), 2)
+    topology = builder.build()
+    first_task, second_task = topology.task_ids("numbers")
+    conf = {"topology.name": "numbers"}
+
+    lost, lost_emits = QueueSpout(path, "q", fields=["n"], prefetch=4), RecordingCollector()
+    lost.open(conf, TopologyContext(topology, "numbers", first_task), lost_emits)
+    lost.next_tuple()
+    lost.next_tuple()  # 0 and 1 emitted, 2 and 3 claimed: then its process is lost (no close, no fail)
+    other, other_emits = QueueSpout(path, "q", fields=["n"], prefetch=4), RecordingCollector()
+    other.open(conf, TopologyContext(topology, "numbers", second_task), other_emits)
+    other.next_tuple()  # the other task goes on with the newer messages
+    assert [msg_id for _, msg_id in other_emits.emitted] == [ids[4]]
+
+    again, again_emits = QueueSpout(path, "q", fields=["n"], prefetch=4), RecordingCollector()
+    again.open(conf, TopologyContext(topology, "numbers", first_task), again_emits)
+    for _ in range(4):
+        again.next_tuple()
+    assert [msg_id for _, msg_id in again_emits.emitted] == ids[:4]
+    again.close()
+    other.close()
+
+
 def test_queue_spout_refuses_a_prefetch_below_one(path):
     from squall.connectors import QueueSpout
 

@@ -73,11 +73,19 @@ def _alive_here(pid: int, started: str | None) -> bool:
 
 
 class ReliableQueue:
-    """One consumer's connection to a named queue in a SQLite file."""
+    """One consumer's connection to a named queue in a SQLite file.
 
-    def __init__(self, path: str | os.PathLike, queue: str = "default", lease_secs: float = 60.0) -> None:
+    ``consumer`` names a consumer that outlives its processes (a spout task): a new connection under that name
+    takes over at once what an earlier one left pending under it (it died, or is being replaced), and puts it
+    back on the queue ahead of the newer messages. Without a name, the consumer is this connection alone, and
+    what a dead one left pending goes back once its process is seen gone (or its lease has run out)."""
+
+    def __init__(
+        self, path: str | os.PathLike, queue: str = "default", lease_secs: float = 60.0, consumer: str | None = None
+    ) -> None:
         self.path, self.queue, self.lease_secs = str(path), queue, lease_secs
-        self.consumer = uuid.uuid4().hex
+        # This connection's own id; a named consumer's carries its name, so its next instance finds what it left.
+        self.consumer = uuid.uuid4().hex if consumer is None else f"{consumer}#{uuid.uuid4().hex}"
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -85,6 +93,11 @@ class ReliableQueue:
         self._pid = os.getpid()
         self._pid_started = _process_start(self._pid)
         self._last_reclaim = 0.0
+        if consumer is not None:
+            with self._tx():  # what earlier instances of this consumer left pending: first in line again
+                earlier = (len(consumer) + 1, f"{consumer}#")
+                self._db.execute("UPDATE messages SET consumer = NULL WHERE substr(consumer, 1, ?) = ?", earlier)
+                self._db.execute("DELETE FROM consumers WHERE substr(id, 1, ?) = ?", earlier)
         self.reclaim()
 
     # -- producing -----------------------------------------------------------
@@ -249,8 +262,11 @@ class QueueSpout(Spout):
     Guarantee: at-least-once. ``ack`` removes the message; ``fail`` aborts it, so
     the queue hands it out again, before the newer messages this spout had
     claimed and not yet emitted (they go back with it): what is replayed comes
-    out in the queue's order; if the spout's process dies, the queue puts its
-    pending messages back. Malformed messages (invalid JSON, the wrong number of
+    out in the queue's order. Each spout task is one consumer of the queue, named
+    by the topology, the component and the task: when its process dies, the
+    task's next instance puts what it left pending back on the queue as it
+    opens, so the oldest messages come out first again (an event-time window
+    downstream would otherwise take them for late ones). Malformed messages (invalid JSON, the wrong number of
     fields) are reported, set aside in the queue (``dead``) and never emitted.
 
     Reads and acks go to the queue in batches, as a Kafka consumer polls: each
@@ -275,7 +291,10 @@ class QueueSpout(Spout):
 
     def open(self, conf, context, collector) -> None:
         self._collector = collector
-        self._queue = ReliableQueue(self.path, self.queue)
+        consumer = None  # a spout opened by hand, with no task: a consumer of its own
+        if context is not None:
+            consumer = f"{conf.get('topology.name') or ''}/{context.component_id}/{context.task_id}"
+        self._queue = ReliableQueue(self.path, self.queue, consumer=consumer)
         self._claimed: deque[tuple[int, str]] = deque()  # pending for this spout, not emitted yet
         self._acked: list[int] = []  # acked, not yet removed from the queue
 
