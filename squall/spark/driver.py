@@ -127,12 +127,6 @@ class TopologyRun:
         )
         # Refused here when squall's settings would leave in clear what Spark's own settings protect.
         self.keys = run_keys(self.conf, dict(sc.getConf().getAll()))
-        log.info(
-            "topology %s: links authenticated by challenge and %s; files under squall.checkpoint.dir %s",
-            name,
-            "encrypted (AES-256-GCM)" if self.keys.links.encrypt else "not encrypted",
-            "encrypted (AES-256-GCM)" if self.keys.encrypt_checkpoints else "signed (HMAC-SHA256)",
-        )
         self.state_checkpoints = self._state_checkpoints()
         # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
         restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}

@@ -179,6 +179,12 @@ class WaveScheduler:
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
         # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
         self.keys = keys  # the workers get them in the Spark task closure, never over a link
+        log.info(
+            "topology %s: links authenticated by challenge and %s; files under squall.checkpoint.dir %s",
+            name,
+            "encrypted (AES-256-GCM)" if keys.links.encrypt else "not encrypted",
+            "encrypted (AES-256-GCM)" if keys.encrypt_checkpoints else "signed (HMAC-SHA256)",
+        )
         sealer = keys.sealer()
         self.store = SnapshotStore(settings.snapshot_root, settings.run_id, sealer) if settings.snapshot_root else None
         if self.store is not None and (earlier := self.store.remove_earlier_runs(name)):
