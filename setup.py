@@ -8,6 +8,7 @@ COMPILED = [
     "squall/model/tuple.py",  # a Tuple per row per bolt
     "squall/model/groupings.py",  # a fields or shuffle grouping's pick, once per tuple
     "squall/model/hashing.py",  # a fields grouping's hash of a key
+    "squall/model/attempt.py",  # a transactional batch's attempt, carried in its rows: no GC tracking
     "squall/spark/collectors.py",  # emit and ack, once per tuple
     "squall/spark/execution.py",  # the loop that runs a batch's rows through a bolt
     "squall/spark/spouts.py",  # a spout's emit, and the ack or fail of each tree it started

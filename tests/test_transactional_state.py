@@ -1,5 +1,7 @@
 import contextlib
 
+import pytest
+
 from squall.transactional import OpaqueValue, SqliteKeyedState, TransactionalValue
 
 
@@ -21,9 +23,15 @@ def test_opaque_value_applies_a_changed_replay_to_the_previous_value():
     assert v.updated(3, 1) == OpaqueValue(10, 9, 3)
 
 
-def test_keyed_state_updates_many_keys_atomically_and_survives_reopening(tmp_path):
+@pytest.mark.parametrize("json_functions", [True, False], ids=["json_each", "chunked"])
+def test_keyed_state_updates_many_keys_atomically_and_survives_reopening(tmp_path, json_functions):
     path = tmp_path / "state.sqlite"
     s = SqliteKeyedState(path, "counts")
+    s._json_each = json_functions  # a SQLite built without its JSON functions reads keys 500 at a time
+    many = {f"k{i}": i for i in range(1_234)}
+    assert s.update(7, many) == {k: TransactionalValue(v, 7) for k, v in many.items()}
+    assert s.get_many(many) == {k: TransactionalValue(v, 7) for k, v in many.items()}
+    s._db.execute("DELETE FROM counts")
     s.update(1, {"cat": 2, "dog": 1, ("tuple", 1): 4})
     s.update(1, {"cat": 2, "dog": 1})  # a replay of txid 1: skipped
     s.update(2, {"cat": 1, "emu": 1})

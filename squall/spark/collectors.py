@@ -11,6 +11,7 @@ from typing import Any
 import cython
 import numpy as np
 
+from squall.model.attempt import TransactionAttempt
 from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology
 from squall.model.tuple import Tuple
@@ -93,7 +94,15 @@ def _plain_values(values: Any) -> bool:
     """Every value is of ``records.PLAIN_TYPES``, compared by identity."""
     for value in values:
         kind = type(value)
-        if not (kind is str or kind is int or kind is float or kind is bool or kind is bytes or value is None):
+        if not (
+            kind is str
+            or kind is int
+            or kind is float
+            or kind is bool
+            or kind is bytes
+            or value is None
+            or kind is TransactionAttempt
+        ):
             return False
     return True
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark import cloudpickle
 
+from squall.model.attempt import TransactionAttempt
 from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import SquallError
 from squall.model.fields import Fields
@@ -48,7 +49,8 @@ _SAFE_SCALARS = (
 )
 
 
-PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None)})  # collectors._plain_values checks the same
+# Values carried without a check: collectors._plain_values checks the same types.
+PLAIN_TYPES = frozenset({str, int, float, bool, bytes, type(None), TransactionAttempt})
 
 
 def _serializable(value: Any, depth: int = 0) -> bool:

@@ -20,19 +20,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from squall.model.attempt import TransactionAttempt
 from squall.reliability.ids import new_id
 from squall.transactional.store import CoordinatorStore
 
-
-@dataclass(frozen=True, order=True)
-class TransactionAttempt:
-    """A batch's transaction id (the same on every replay) and this try's attempt id."""
-
-    txid: int
-    attempt_id: int
-
-    def __repr__(self) -> str:
-        return f"TransactionAttempt({self.txid}, {self.attempt_id:#x})"
+__all__ = ["Commit", "Emit", "Phase", "TransactionAttempt", "TransactionCoordinator"]
 
 
 class Phase(Enum):

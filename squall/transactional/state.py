@@ -155,6 +155,11 @@ class SqliteKeyedState(KeyedState):
             f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER,"
             " writer TEXT)"
         )
+        try:  # SQLite's JSON functions, built in since 3.38: one query reads a batch's keys
+            self._db.execute("SELECT count(*) FROM json_each('[]')")
+            self._json_each = True
+        except sqlite3.OperationalError:
+            self._json_each = False
 
     def _decode(self, row) -> TransactionalValue | OpaqueValue:
         return self._value(decode_json(row[0]), decode_json(row[1]), row[2])
@@ -164,15 +169,25 @@ class SqliteKeyedState(KeyedState):
 
     def _get_encoded(self, encoded: dict[str, Any]) -> dict[Any, Any]:
         """The values of the keys ``encoded`` maps their JSON to."""
-        texts = list(encoded)
-        found: dict[Any, Any] = {}
+        return {encoded[key]: self._decode(row) for key, row in self._stored(list(encoded)).items()}
+
+    def _stored(self, texts: list[str]) -> dict[str, tuple]:
+        """``{key JSON: (value JSON, prev JSON, txid)}`` of the stored keys among ``texts``, in one query where
+        SQLite has its JSON functions."""
+        if self._json_each:
+            rows = self._db.execute(
+                f"SELECT key, value, prev, txid FROM {self.table} WHERE key IN (SELECT value FROM json_each(?))",
+                [json.dumps(texts)],
+            )
+            return {key: (value, prev, txid) for key, value, prev, txid in rows}
+        found: dict[str, tuple] = {}
         for chunk in range(0, len(texts), 500):
             part = texts[chunk : chunk + 500]
             marks = ",".join("?" * len(part))
             for key, value, prev, txid in self._db.execute(
                 f"SELECT key, value, prev, txid FROM {self.table} WHERE key IN ({marks})", part
             ):
-                found[encoded[key]] = self._decode((value, prev, txid))
+                found[key] = (value, prev, txid)
         return found
 
     def update(
@@ -186,24 +201,46 @@ class SqliteKeyedState(KeyedState):
         encoded = {encode_json(k): k for k in deltas}
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            new = self._applied(self._get_encoded(encoded), txid, deltas, combine, initial)
-            if self.opaque and writer is not None:
-                touched = list(encoded)
-                self._db.execute(
-                    f"UPDATE {self.table} SET value = prev WHERE txid = ? AND writer = ?"
-                    f" AND key NOT IN ({','.join('?' * len(touched))})",
-                    [txid, writer, *touched],
-                )
+            if self.opaque:
+                new = self._applied(self._get_encoded(encoded), txid, deltas, combine, initial)
+                if writer is not None:
+                    touched = list(encoded)
+                    self._db.execute(
+                        f"UPDATE {self.table} SET value = prev WHERE txid = ? AND writer = ?"
+                        f" AND key NOT IN ({','.join('?' * len(touched))})",
+                        [txid, writer, *touched],
+                    )
+                rows = [stored_row(text, new[k], writer) for text, k in encoded.items()]
+            else:
+                new, rows = self._applied_transactional(encoded, txid, deltas, combine, initial, writer)
             self._db.executemany(
                 f"INSERT INTO {self.table} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
                 " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
-                [stored_row(text, new[k], writer) for text, k in encoded.items()],
+                rows,
             )
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
         return new
+
+    def _applied_transactional(
+        self, encoded: dict[str, Any], txid: int, deltas, combine, initial, writer
+    ) -> tuple[dict[Any, Any], list[tuple]]:
+        """The new ``TransactionalValue`` of each key and the rows to store: ``TransactionalValue.apply`` on the
+        stored JSON, with no object made for a value read."""
+        stored = self._stored(list(encoded))
+        new: dict[Any, Any] = {}
+        rows: list[tuple] = []
+        for text, key in encoded.items():
+            row = stored.get(text)
+            if row is not None and row[2] == txid:  # this txid is in the value already
+                value = decode_json(row[0])
+            else:
+                value = combine(initial if row is None else decode_json(row[0]), deltas[key])
+            new[key] = TransactionalValue(value, txid)
+            rows.append((text, encode_json(value), "null", txid, writer))
+        return new, rows
 
     def items(self) -> dict[Any, Any]:
         rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
