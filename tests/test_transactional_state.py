@@ -1,4 +1,6 @@
 import contextlib
+import math
+import operator
 
 import pytest
 
@@ -75,3 +77,21 @@ def test_opaque_replay_reverts_keys_its_earlier_attempt_wrote_and_it_does_not(tm
     assert s.values() == {"a": 3, "b": 6}
     s.update(3, {"b": 5}, writer="other")  # another writer's keys are not its to revert
     assert s.values() == {"a": 3, "b": 6}
+
+
+@pytest.mark.parametrize("json_functions", [True, False], ids=["json_each", "chunked"])
+def test_keyed_state_keeps_every_json_value_exactly(tmp_path, json_functions):
+    """Values of every JSON kind, a big integer and a float's exact repr come back as written, and a value
+    SQLite's JSON reader refuses (Python's NaN) is still updated."""
+    s = SqliteKeyedState(tmp_path / "s.sqlite", "values")
+    s._json_each = json_functions
+    initial = {"big": 2**80, "float": 0.1, "list": [1, "two"], "nan": float("nan"), ("t", 1): "text", "none": None}
+    s.update(1, initial, combine=lambda old, new: new)
+    s.update(2, {"big": 1, "float": 0.2}, combine=operator.add)
+    s.update(3, {"nan": 1.0, "list": [3]}, combine=operator.add)
+    values = s.values()
+    assert values["big"] == 2**80 + 1 and values["float"] == 0.1 + 0.2 and values["list"] == [1, "two", 3]
+    assert values[("t", 1)] == "text" and values["none"] is None and math.isnan(values["nan"])
+    again = s.update(3, {"big": 5, "float": 1.0, "nan": 1.0})  # txid 3 is in "nan" already
+    assert again["big"] == TransactionalValue(2**80 + 6, 3) and again["float"] == TransactionalValue(0.1 + 0.2 + 1.0, 3)
+    assert math.isnan(again["nan"].value) and again["nan"].txid == 3 and math.isnan(s.get("nan").value)

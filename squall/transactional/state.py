@@ -19,6 +19,7 @@ import json
 import operator
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,8 @@ class OpaqueValue:
     def apply(current: OpaqueValue | None, txid: int, delta: Any, combine=operator.add, initial: Any = 0):
         return (current or OpaqueValue(initial, initial, 0)).updated(txid, delta, combine)
 
+
+LOCK_TIMEOUT_SECS = 60  # how long an update waits for another writer of the same SQLite file
 
 _encode_str = json.encoder.encode_basestring_ascii  # C: what json.dumps gives a str
 
@@ -149,10 +152,11 @@ class SqliteKeyedState(KeyedState):
         if not table.isidentifier():
             raise ValueError(f"table name must be an identifier, got {table!r}")
         self.path, self.table, self.opaque = str(path), table, opaque
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        self._quoted = f'"{table}"'  # a name SQL reserves, such as values, is a table name too
+        self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_SECS, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER,"
+            f"CREATE TABLE IF NOT EXISTS {self._quoted} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER,"
             " writer TEXT)"
         )
         try:  # SQLite's JSON functions, built in since 3.38: one query reads a batch's keys
@@ -160,6 +164,26 @@ class SqliteKeyedState(KeyedState):
             self._json_each = True
         except sqlite3.OperationalError:
             self._json_each = False
+
+    def _begin_writing(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to ``LOCK_TIMEOUT_SECS`` for another writer (another committer task) to
+        finish. SQLite's own wait sleeps up to 100 ms at a time, long after the lock is free; this one looks again
+        within a few milliseconds, since commits come one after the other in txid order."""
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECS
+        pause = 0.0005
+        self._db.execute("PRAGMA busy_timeout = 0")
+        try:
+            while True:
+                try:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                time.sleep(pause)
+                pause = min(2 * pause, 0.004)
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {int(LOCK_TIMEOUT_SECS * 1000)}")
 
     def _decode(self, row) -> TransactionalValue | OpaqueValue:
         return self._value(decode_json(row[0]), decode_json(row[1]), row[2])
@@ -176,7 +200,7 @@ class SqliteKeyedState(KeyedState):
         SQLite has its JSON functions."""
         if self._json_each:
             rows = self._db.execute(
-                f"SELECT key, value, prev, txid FROM {self.table} WHERE key IN (SELECT value FROM json_each(?))",
+                f"SELECT key, value, prev, txid FROM {self._quoted} WHERE key IN (SELECT value FROM json_each(?))",
                 [json.dumps(texts)],
             )
             return {key: (value, prev, txid) for key, value, prev, txid in rows}
@@ -185,7 +209,7 @@ class SqliteKeyedState(KeyedState):
             part = texts[chunk : chunk + 500]
             marks = ",".join("?" * len(part))
             for key, value, prev, txid in self._db.execute(
-                f"SELECT key, value, prev, txid FROM {self.table} WHERE key IN ({marks})", part
+                f"SELECT key, value, prev, txid FROM {self._quoted} WHERE key IN ({marks})", part
             ):
                 found[key] = (value, prev, txid)
         return found
@@ -199,51 +223,80 @@ class SqliteKeyedState(KeyedState):
         writer: str | None = None,
     ) -> dict[Any, Any]:
         encoded = {encode_json(k): k for k in deltas}
-        self._db.execute("BEGIN IMMEDIATE")
+        self._begin_writing()
         try:
             if self.opaque:
                 new = self._applied(self._get_encoded(encoded), txid, deltas, combine, initial)
                 if writer is not None:
                     touched = list(encoded)
                     self._db.execute(
-                        f"UPDATE {self.table} SET value = prev WHERE txid = ? AND writer = ?"
+                        f"UPDATE {self._quoted} SET value = prev WHERE txid = ? AND writer = ?"
                         f" AND key NOT IN ({','.join('?' * len(touched))})",
                         [txid, writer, *touched],
                     )
-                rows = [stored_row(text, new[k], writer) for text, k in encoded.items()]
+                self._db.executemany(
+                    f"INSERT INTO {self._quoted} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                    " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                    [stored_row(text, new[k], writer) for text, k in encoded.items()],
+                )
             else:
-                new, rows = self._applied_transactional(encoded, txid, deltas, combine, initial, writer)
-            self._db.executemany(
-                f"INSERT INTO {self.table} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
-                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
-                rows,
-            )
+                new = self._update_transactional(encoded, txid, deltas, combine, initial, writer)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
         return new
 
-    def _applied_transactional(
-        self, encoded: dict[str, Any], txid: int, deltas, combine, initial, writer
-    ) -> tuple[dict[Any, Any], list[tuple]]:
-        """The new ``TransactionalValue`` of each key and the rows to store: ``TransactionalValue.apply`` on the
-        stored JSON, with no object made for a value read."""
-        stored = self._stored(list(encoded))
+    def _update_transactional(self, encoded: dict[str, Any], txid: int, deltas, combine, initial, writer) -> dict:
+        """``TransactionalValue.apply`` to each key, inside ``update``'s transaction. With SQLite's JSON functions
+        the batch's keys are read in one statement and written in another, so that a committer does not give up
+        the GIL once per key (other batches' bolts run in this process meanwhile)."""
+        stored = self._stored_json(list(encoded)) if self._json_each else None
+        if stored is None:
+            stored = {
+                text: (decode_json(value), txid) for text, (value, _, txid) in self._stored(list(encoded)).items()
+            }
         new: dict[Any, Any] = {}
-        rows: list[tuple] = []
+        written: list[list] = []
         for text, key in encoded.items():
             row = stored.get(text)
-            if row is not None and row[2] == txid:  # this txid is in the value already
-                value = decode_json(row[0])
+            if row is not None and row[1] == txid:  # this txid is in the value already
+                value = row[0]
             else:
-                value = combine(initial if row is None else decode_json(row[0]), deltas[key])
+                value = combine(initial if row is None else row[0], deltas[key])
             new[key] = TransactionalValue(value, txid)
-            rows.append((text, encode_json(value), "null", txid, writer))
-        return new, rows
+            written.append([text, encode_json(value)])
+        if self._json_each:
+            self._db.execute(
+                f"INSERT INTO {self._quoted} (key, value, prev, txid, writer)"
+                " SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'null', ?, ? FROM json_each(?)"
+                " WHERE true ON CONFLICT (key) DO UPDATE SET"
+                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                [txid, writer, json.dumps(written)],
+            )
+        else:
+            self._db.executemany(
+                f"INSERT INTO {self._quoted} VALUES (?, ?, 'null', ?, ?) ON CONFLICT (key) DO UPDATE SET"
+                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                [(text, value, txid, writer) for text, value in written],
+            )
+        return new
+
+    def _stored_json(self, texts: list[str]) -> dict[str, tuple] | None:
+        """``{key JSON: (value, txid)}`` of the stored keys among ``texts``, read as one JSON document; None when
+        a stored value is not JSON SQLite reads (``NaN``, which Python writes)."""
+        try:
+            (document,) = self._db.execute(
+                f"SELECT json_group_array(json_array(key, json(value), txid)) FROM {self._quoted}"
+                " WHERE key IN (SELECT value FROM json_each(?))",
+                [json.dumps(texts)],
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return {text: (value, stored_txid) for text, value, stored_txid in json.loads(document)}
 
     def items(self) -> dict[Any, Any]:
-        rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self.table}")
+        rows = self._db.execute(f"SELECT key, value, prev, txid FROM {self._quoted}")
         return {as_key(decode_json(k)): self._decode((v, p, t)) for k, v, p, t in rows}
 
     def close(self) -> None:
