@@ -39,6 +39,7 @@ demo: $(COMPILED)
 lint: $(COMPILED)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check squall tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(VENV)/bin/python -m pytest

@@ -16,9 +16,8 @@ from squall.model import (
     TopologyFailed,
     Tuple,
 )
+from squall.version import __version__
 from squall.windowing.bolt import Count, Duration, Window, WindowedBolt
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BasicBolt",
@@ -38,13 +37,14 @@ __all__ = [
     "Tuple",
     "Window",
     "WindowedBolt",
+    "__version__",
 ]
 
 
 def __getattr__(name: str) -> Any:
     # The Spark runtime is imported on first use, so the model stays light to import.
     if name == "LocalCluster":
-        from squall.spark.cluster import LocalCluster
+        from squall.cluster import LocalCluster
 
         return LocalCluster
     raise AttributeError(f"module 'squall' has no attribute {name!r}")

@@ -31,7 +31,7 @@ from squall.model import config as cfg
 from squall.model.components import StatefulBolt
 from squall.model.errors import SquallError, TopologyFailed
 from squall.model.topology import Topology
-from squall.spark.driver import TopologyRun
+from squall.spark.run import TRANSACTIONAL, Run
 from squall.spark.shipping import check_shippable
 from squall.spark.stats import RunStats
 
@@ -157,7 +157,7 @@ class LiveTable:
         return table
 
 
-def summary_table(run: TopologyRun) -> Table:
+def summary_table(run: Run) -> Table:
     """What the spouts' tuples came to, one figure a line."""
     total = run.stats.spout_totals(list(run.topology.spouts))
     p50, p99 = total.latency_percentile(50), total.latency_percentile(99)
@@ -178,7 +178,7 @@ def summary_table(run: TopologyRun) -> Table:
 ERRORS_SHOWN = 3  # the last distinct errors a run's summary shows in full
 
 
-def print_errors(run: TopologyRun, console: Console) -> None:
+def print_errors(run: Run, console: Console) -> None:
     """The run's error count and its last few distinct errors, each with its traceback (a task that could not
     be set up included), as the web UI's "Last errors" shows them."""
     errors = list(run.stats.errors)
@@ -209,14 +209,14 @@ def run_file(
     ui_host: str | None = None,
     ui: bool = True,
     kill_wait: float = DEFAULT_KILL_WAIT_SECS,
-) -> TopologyRun:
+) -> Run:
     """Run the topology of ``path`` until idle, ``duration``, ``squall kill`` or Ctrl-C; raises ``TopologyFailed``
     if a failure stopped it.
 
     The web UI, REST API and /metrics are served on ``ui_host:ui_port`` (127.0.0.1:8080, or a free port when
     8080 is taken and no port was asked for) unless ``ui`` is false. Ctrl-C stops the topology as ``squall kill``
     does, waiting up to ``kill_wait`` seconds for pending trees."""
-    from squall.spark.cluster import LocalCluster
+    from squall.cluster import LocalCluster
 
     console = console or Console()
     module = load_module(path)
@@ -263,7 +263,7 @@ def run_file(
         if cluster.conf[cfg.SQUALL_SPARK_UI] and cluster.sc.uiWebUrl:
             console.print(f"Spark UI at {cluster.sc.uiWebUrl}")
         run = cluster.submit_topology(name, conf, topology)
-        if hasattr(module, "on_commit") and hasattr(run, "on_commit"):
+        if hasattr(module, "on_commit") and run.kind == TRANSACTIONAL:
             run.on_commit.append(lambda attempt, tuples, captured: module.on_commit(attempt, tuples, captured, console))
         started = time.monotonic()
         model = run.topology  # the component graph, for either kind of topology
@@ -289,8 +289,7 @@ def run_file(
                 cluster.kill_topology(name, stop_wait)
             live.update(table.render())
             failure = cluster.take_failure(name)
-            not_started = getattr(run, "not_started", None)
-            why = not_started() if failure is None and not_started is not None else None
+            why = run.not_started() if failure is None else None
             if why is not None:  # stopped (a duration, a kill) before its tasks were ever up
                 failure = TopologyFailed(f"topology {name!r} could not start: {why}")
     if threading.current_thread() is threading.main_thread():
@@ -299,7 +298,7 @@ def run_file(
     if failure is not None:
         print_errors(run, console)
         raise failure
-    if hasattr(run, "commits"):
+    if run.kind == TRANSACTIONAL:
         malformed = run.stats.spout_totals(list(run.topology.spouts)).malformed
         console.print(f"transactions committed: {len(run.commits)} (last txid {run.coordinator.last_committed})")
         console.print(f"malformed messages set aside: {malformed}")

@@ -13,14 +13,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from squall.cluster import LocalCluster
 from squall.model import config as cfg
 from squall.model.components import Spout
 from squall.model.errors import SquallError
 from squall.model.fields import Fields, as_fields
 from squall.model.topology import Topology
 from squall.spark.clock import SimulatedClock
-from squall.spark.cluster import LocalCluster
 from squall.spark.driver import TopologyRun
+from squall.spark.run import TRANSACTIONAL
 
 MAX_IDLE_WAVES = 100_000
 
@@ -131,7 +132,7 @@ class TestCluster(LocalCluster):
     def wait_idle(self) -> None:
         """Run waves until every fed tuple has been delivered and executed everywhere it goes."""
         for run in list(self.runs.values()):
-            if hasattr(run, "wait_settled"):  # a transactional topology: until its batches commit
+            if run.kind == TRANSACTIONAL:  # until its batches commit
                 run.wait_settled()
                 continue
             for _ in range(MAX_IDLE_WAVES):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from squall import BasicBolt, Spout, SquallError, TopologyBuilder, TopologyFailed
-from squall.spark.cluster import LocalCluster
+from squall.cluster import LocalCluster
 from squall.spark.context import check_java, java_major
 from squall.testing import FeederSpout, TestCluster
 from squall.transactional import BatchBolt, MemoryTransactionalSpout, TransactionalTopologyBuilder

@@ -18,11 +18,11 @@ import pytest
 from servers import free_port
 
 from squall import BasicBolt, Fields, Spout, TopologyBuilder
+from squall.cluster import is_local_path
 from squall.model.errors import SquallError
 from squall.model.groupings import FieldsGrouping, ShuffleGrouping
 from squall.model.topology import GlobalStreamId, TopologyContext
 from squall.runner import parse_spark_pairs
-from squall.spark.cluster import is_local_path
 from squall.spark.context import spark_conf
 from squall.testing import FeederSpout, TestCluster
 

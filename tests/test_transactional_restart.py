@@ -58,7 +58,7 @@ def test_driver_killed_mid_commit_and_at_random_resumes_with_exact_counts(tmp_pa
 
 
 def test_with_zookeeper_as_the_coordinator_store_a_killed_driver_resumes_at_the_next_txid(zookeeper_server, tmp_path):
-    from squall.connectors.zookeeper import ZooKeeperCoordinatorStore
+    from squall.transactional.zookeeper import ZooKeeperCoordinatorStore
 
     seed = random.randrange(1000)
     store_url = f"{zookeeper_server.url}/squall-test/coordinators"

@@ -11,9 +11,9 @@ from kazoo.security import make_digest_acl
 from servers import ZooKeeperServer, free_port, require, wait_for_port
 
 from squall.connectors.common import BrokerUnavailable
-from squall.connectors.zookeeper import ZooKeeperCoordinatorStore, parse_zookeeper_url
 from squall.model.errors import InvalidConfigError
 from squall.transactional import TransactionCoordinator, open_coordinator_store
+from squall.transactional.zookeeper import ZooKeeperCoordinatorStore, parse_zookeeper_url
 
 
 def hosts(server) -> str:

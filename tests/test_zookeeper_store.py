@@ -11,9 +11,9 @@ from servers import free_port
 from tx_components import commits, counter, emits
 
 from squall.connectors.redis_streams import BrokerUnavailable
-from squall.connectors.zookeeper import ZooKeeperCoordinatorStore
 from squall.transactional import SqliteCoordinatorStore, TransactionCoordinator
 from squall.transactional.coordinator import Phase
+from squall.transactional.zookeeper import ZooKeeperCoordinatorStore
 
 
 def hosts(server) -> str:

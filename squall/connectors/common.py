@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from squall.model.errors import InvalidConfigError, SquallError
+from squall.model.errors import BrokerUnavailable, InvalidConfigError
 from squall.model.urls import redact
 
 __all__ = ["RETRY_DELAYS", "BrokerUnavailable", "redact", "url_from", "with_retries"]
@@ -17,10 +17,6 @@ log = logging.getLogger("squall.connectors")
 T = TypeVar("T")
 
 RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries after a lost connection
-
-
-class BrokerUnavailable(SquallError):
-    """A broker or database that could not be reached; the message names its URL."""
 
 
 def url_from(explicit: str | None, conf: Mapping[str, Any], key: str, component: str) -> str:

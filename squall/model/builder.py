@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,9 +21,26 @@ from squall.model.groupings import (
     ShuffleGrouping,
 )
 from squall.model.topology import ComponentSpec, Subscription, Topology
-from squall.windowing.bolt import WindowedBolt
-from squall.windowing.executor import WindowedBoltExecutor
-from squall.windowing.persistent import PersistentWindowedBoltExecutor
+
+DeclarationCheck = Callable[[Any, str, Mapping[str, Any]], None]  # (the component, its id, its config): raises
+
+
+@dataclass(frozen=True)
+class RunsAs:
+    """How a kind of bolt runs: as ``wrap(bolt)``, its declaration validated at ``build()`` by ``check``."""
+
+    wrap: Callable[[Any], Any]
+    check: DeclarationCheck | None = None
+
+
+_RUNS_AS: dict[type, RunsAs] = {}
+
+
+def bolt_runs_as(kind: type, wrap: Callable[[Any], Any], check: DeclarationCheck | None = None) -> None:
+    """Bolts of type ``kind`` run as ``wrap(bolt)``, as Storm's ``setBolt(id, IWindowedBolt)`` wraps a windowed
+    bolt in its executor; ``check(component, id, config)`` validates such a declaration at ``build()``. The
+    windowing package registers ``WindowedBolt`` when it is imported (``import squall`` imports it)."""
+    _RUNS_AS[kind] = RunsAs(wrap, check)
 
 
 @dataclass
@@ -34,6 +51,7 @@ class _Declared:
     parallelism: Any
     inputs: list[tuple[str, str, Grouping, Any]] = field(default_factory=list)
     conf: dict[str, Any] = field(default_factory=dict)
+    check: DeclarationCheck | None = None
 
 
 class ComponentDeclarer:
@@ -103,9 +121,10 @@ class TopologyBuilder:
         return SpoutDeclarer(declared)
 
     def set_bolt(self, id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
-        if isinstance(bolt, WindowedBolt):  # as Storm's setBolt(id, IWindowedBolt) does
-            bolt = PersistentWindowedBoltExecutor(bolt) if bolt.persistent else WindowedBoltExecutor(bolt)
-        declared = _Declared(id, "bolt", bolt, parallelism)
+        runs_as = next((r for kind, r in _RUNS_AS.items() if isinstance(bolt, kind)), None)
+        if runs_as is not None:
+            bolt = runs_as.wrap(bolt)
+        declared = _Declared(id, "bolt", bolt, parallelism, check=runs_as.check if runs_as is not None else None)
         self._declared.append(declared)
         return BoltDeclarer(declared)
 
@@ -131,8 +150,8 @@ class TopologyBuilder:
             next_task += d.parallelism
             inputs = tuple(Subscription(src, stream, g) for src, stream, g, _ in d.inputs)
             conf_of = {**component_configuration(d), **d.conf}  # the declarer's settings win, as in Storm
-            if isinstance(d.obj, WindowedBoltExecutor):
-                d.obj.validate(cid, {**DEFAULTS, **(conf or {}), **conf_of})
+            if d.check is not None:
+                d.check(d.obj, cid, {**DEFAULTS, **(conf or {}), **conf_of})
             components[cid] = ComponentSpec(cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, conf_of, tasks)
         order = {d.id: i for i, d in enumerate(self._declared)}
         components = dict(sorted(components.items(), key=lambda kv: order[kv[0]]))

@@ -29,3 +29,7 @@ class FatalError(SquallError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{FATAL_MARK} {message}")
+
+
+class BrokerUnavailable(SquallError):
+    """A broker or database that could not be reached; the message names its URL."""

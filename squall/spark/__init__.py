@@ -1,6 +1,5 @@
 """The Spark runtime: waves of bolt stages on Spark, driven from the driver."""
 
-from squall.spark.cluster import LocalCluster
 from squall.spark.records import EmitError, SerializationError
 
-__all__ = ["EmitError", "LocalCluster", "SerializationError"]
+__all__ = ["EmitError", "SerializationError"]

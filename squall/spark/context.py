@@ -14,9 +14,9 @@ from typing import Any
 
 from pyspark import SparkConf, SparkContext
 
-import squall
 from squall.model.errors import SquallError
 from squall.spark.failures import failure_cause
+from squall.version import __version__
 
 log = logging.getLogger("squall")
 
@@ -205,9 +205,9 @@ def check_executors(sc: SparkContext, timeout: float = 300.0, slots: int | None 
             raise SquallError(
                 f"Spark's executors cannot import squall ({detail}; their Python is {python}). " + ENVIRONMENT_HELP
             )
-        if detail != squall.__version__:
+        if detail != __version__:
             raise SquallError(
                 f"Spark's executors import squall {detail} ({python}) but the driver runs squall "
-                f"{squall.__version__}. " + ENVIRONMENT_HELP
+                f"{__version__}. " + ENVIRONMENT_HELP
             )
     _CHECKED.add(sc.applicationId)

@@ -41,6 +41,7 @@ from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.protocol import RunSettings, SpoutStatus, TicksDue
+from squall.spark.run import TOPOLOGY
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology
 from squall.spark.sizing import WaveSizer
@@ -70,6 +71,7 @@ class WaveInfo:
 
 
 class TopologyRun:
+    kind = TOPOLOGY  # the Run protocol (``run.py``)
     def __init__(
         self,
         name: str,

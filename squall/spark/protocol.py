@@ -15,8 +15,9 @@ Every message is a named, slotted dataclass; nothing is read by position.
 * ``TaskReport``   worker -> driver: a task finished a wave: its counters, ``AckBatch`` and new snapshot.
 * ``AckBatch``     a task's ack messages of one wave, XOR-reduced per root (vectorized), inside its report.
 * ``Stop``         driver -> worker: the run is over.
-* ``BeginBatch``, ``CommitBatch``, ``AbortBatches`` (driver -> worker) and ``BatchReport`` (worker -> driver):
-                   a transactional topology's batches, through the same workers and links (``batches.py``).
+
+A transactional topology's batches travel in messages of its own (``squall/transactional/messages.py``), through
+the same hub, workers and links; a worker hands them to the batch host its run names (``RunSettings.batch_host``).
 
 On the wire a frame is an 8-byte header (payload length, destination) and a
 pickle. ``Batch``es go from worker to worker over the links of ``links.py``;
@@ -133,7 +134,11 @@ class RunSettings:
     snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
     state_store: Any = None  # squall.state.providers.StateStoreSpec: stateful tasks write their checkpoint parts
     load_aware: bool = False  # shuffle groupings weigh the workers' loads (``load.py``)
-    transactional: bool = False  # the workers run transactional batches (``batches.py``), not waves
+    # A run of batches rather than waves: the class a worker hosts its tasks with, called as
+    # ``batch_host(shipped, settings, generation, worker, tasks, spout_tasks, placement, to_peer, to_driver)``
+    # and then handed every message that is not the runtime's own (a transactional topology's
+    # ``squall.transactional.batches.BatchTasks``). It travels by reference: the worker imports it.
+    batch_host: Any = None
     committers: frozenset[str] = frozenset()  # a transactional topology's committer bolts
 
 
@@ -581,73 +586,3 @@ class WorkerChannel:
             self._reader.close()
         finally:
             self._sock.close()
-
-
-# -- transactional batches -----------------------------------------------------------------
-# A batch's try runs through the same workers and links as waves do (``squall/spark/batches.py``): a ``Batch``'s
-# ``wave`` is then the try's sequence number (``seq``), and each producer sends each reader one ``last`` batch.
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class EmitPlan:
-    """What one partition emits for a batch. ``replay``: exactly the batch ``meta`` describes. Otherwise the batch
-    that follows ``meta`` (None: the partition's first), or, with ``cached``, the one that follows what the
-    emitter itself emitted for the txid before (still in flight, so not yet stored)."""
-
-    partition: int
-    replay: bool
-    meta: Any = None
-    cached: bool = False
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class BeginBatch:
-    """Driver -> every worker: a try of a batch begins. The emitter tasks here emit their ``plans``; ``batches`` are
-    what the emitters emitted when they run in the driver's process (``TestCluster``)."""
-
-    generation: int
-    seq: int
-    attempt: Any  # TransactionAttempt
-    plans: dict[int, list[EmitPlan]]  # emitter task -> its partitions
-    batches: list[Batch] = field(default_factory=list)
-    last_committed: int = 0  # emitters forget what they emitted up to it
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class CommitBatch:
-    """Driver -> the workers hosting commit-phase tasks: the try ``seq`` commits now; its committers finish."""
-
-    generation: int
-    seq: int
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class AbortBatches:
-    """Driver -> every worker: these tries failed; whatever they still hold or are sent is dropped."""
-
-    generation: int
-    seqs: tuple[int, ...]
-
-
-EMITTED, PROCESSED, COMMITTED = "emitted", "processed", "committed"
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class BatchReport:
-    """Worker -> driver: a phase of try ``seq`` is done here. ``EMITTED``: its emitter tasks emitted (``metas``
-    per partition). ``PROCESSED``: its processing bolts finished.
-    ``COMMITTED``: its commit-phase bolts finished. ``failure`` fails the try."""
-
-    generation: int
-    seq: int
-    worker: int
-    phase: str
-    statuses: dict[int, tuple[str, TaskStatus]] = field(default_factory=dict)  # task -> component, counters
-    metas: dict[int, Any] = field(default_factory=dict)  # partition -> what it emitted
-    captured: dict[str, list[tuple]] = field(default_factory=dict)  # commit-phase bolts' default-stream emits
-    failure: str | None = None

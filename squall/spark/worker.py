@@ -44,7 +44,6 @@ from squall.model.config import (
 from squall.model.state import StateDelta, dump_delta
 from squall.security.keys import RunKeys
 from squall.security.sealing import BlobSealer
-from squall.spark.batches import BatchTasks
 from squall.spark.bolt_task import LIVE, BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
@@ -131,7 +130,7 @@ class Worker:
         self._state_spec: Any = None
         self.weights = TaskWeights()  # the workers' load weights, read by every shuffle here when load-aware
         self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
-        self.batches: BatchTasks | None = None  # a transactional topology's tasks here (``batches.py``)
+        self.batches: Any = None  # a run of batches: its tasks here, as its ``RunSettings.batch_host`` hosts them
         self.final = False  # the run is over: nothing of it is kept in this Python process
 
     # -- messages ----------------------------------------------------------------
@@ -251,8 +250,8 @@ class Worker:
         if settings.state_store != self._state_spec:
             self._state_spec = settings.state_store
             self.state_provider = settings.state_store.open() if settings.state_store is not None else None
-        if settings.transactional:
-            self.batches = BatchTasks(
+        if settings.batch_host is not None:
+            self.batches = settings.batch_host(
                 self.shipped,
                 settings,
                 self.generation,

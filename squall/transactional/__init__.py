@@ -10,7 +10,8 @@ from squall.transactional.spouts import (
     PartitionedTransactionalSpout,
 )
 from squall.transactional.state import KeyedState, OpaqueValue, SqliteKeyedState, TransactionalValue
-from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore, open_coordinator_store
+from squall.transactional.store import CoordinatorStore, SqliteCoordinatorStore
+from squall.transactional.stores import open_coordinator_store
 
 __all__ = [
     "BatchBolt",

@@ -7,7 +7,7 @@ batches themselves run on the same worker job, workers and links as an at-least-
 1. ``BeginBatch`` to every worker. The emitter tasks (Storm's emitter bolt, of the spout's parallelism; partition
    ``p`` on emitter task ``p mod parallelism``) emit their slices, on the workers under ``LocalCluster`` and
    ``squall run`` or in the driver's process under ``TestCluster``, and each bolt task gets a fresh bolt prepared
-   for the attempt (``squall/spark/batches.py``);
+   for the attempt (``squall/transactional/batches.py``);
 2. processing, up to ``topology.max.spout.pending`` batches at once, each on a thread of its own on every
    worker: a bolt runs ``finish_batch`` once it has every tuple of the batch from every upstream task. When every
    worker has said ``PROCESSED`` the partitions' metadata is stored and the coordinator marks the batch processed;
@@ -37,27 +37,27 @@ from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.driver import WaveInfo
-from squall.spark.emitters import Emitters
 from squall.spark.failures import ErrorStreak, fatal_message
-from squall.spark.protocol import (
+from squall.spark.protocol import Batch, RunSettings, TaskStatus
+from squall.spark.run import TRANSACTIONAL
+from squall.spark.scheduler import WaveScheduler, worker_count
+from squall.spark.shipping import pickle_component, ship_topology
+from squall.spark.stats import RunStats
+from squall.transactional.batches import BatchTasks
+from squall.transactional.builder import TransactionalTopology
+from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
+from squall.transactional.emitters import Emitters
+from squall.transactional.messages import (
     COMMITTED,
     EMITTED,
     AbortBatches,
-    Batch,
     BatchReport,
     BeginBatch,
     CommitBatch,
     EmitPlan,
-    RunSettings,
-    TaskStatus,
 )
-from squall.spark.scheduler import WaveScheduler, worker_count
-from squall.spark.shipping import pickle_component, ship_topology
-from squall.spark.stats import RunStats
-from squall.transactional.builder import TransactionalTopology
-from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
-from squall.transactional.store import open_coordinator_store
+from squall.transactional.stores import open_coordinator_store
 
 log = logging.getLogger("squall.transactional")
 
@@ -86,7 +86,12 @@ class TryInFlight:
 
 
 class TransactionalRun:
-    """The driver of one transactional topology: the coordinator, and its batches through the workers."""
+    """The driver of one transactional topology: the coordinator, and its batches through the workers. A
+    ``squall.spark.run.Run``."""
+
+    kind = TRANSACTIONAL
+    acker_task_ids: list[int] = []  # no tuple trees: nothing to ack
+    wanted_active = True  # a transactional topology's spout cannot be deactivated
 
     def __init__(
         self,
@@ -121,7 +126,7 @@ class TransactionalRun:
             False,
             False,
             spouts_on_workers=self.emitters_on_workers,
-            transactional=True,
+            batch_host=BatchTasks,
             committers=ttopo.committers,
         )
         self.scheduler = WaveScheduler(
@@ -410,6 +415,15 @@ class TransactionalRun:
                 raise TimeoutError(f"transactional topology {self.name!r} did not settle in {timeout}s")
             if self.step().idle:
                 time.sleep(0.002)
+
+    def not_started(self) -> str | None:
+        """Why the run's tasks are not up, when a worker could not set one up and none has come up since."""
+        if self.scheduler.hub is None or self.scheduler.tasks_up:
+            return None
+        return self.scheduler.setup_failure
+
+    def finish(self, fail_pending: bool) -> None:
+        """Nothing to fail back: a try that has not committed is emitted again when the topology next runs."""
 
     def close(self) -> None:
         self.scheduler.close()

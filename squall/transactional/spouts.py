@@ -2,7 +2,8 @@
 
 Both kinds are partitioned: each batch takes a slice of every partition, and
 the coordinator stores each partition's slice (its metadata, JSON) per txid.
-Emitters run on the workers (``squall/spark/emitters.py``), partition ``p`` on emitter task ``p mod parallelism``.
+Emitters run on the workers (``squall/transactional/emitters.py``), partition ``p`` on emitter task
+``p mod parallelism``.
 
 * ``PartitionedTransactionalSpout``: the same txid always emits the same batch.
   Supports exactly-once with ``TransactionalValue`` state, if every partition

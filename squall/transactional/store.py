@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 
@@ -116,16 +115,3 @@ class SqliteCoordinatorStore(CoordinatorStore):
 
     def close(self) -> None:
         self._db.close()
-
-
-def open_coordinator_store(location: str, topology_id: str, conf: Mapping[str, Any] | None = None) -> CoordinatorStore:
-    """The store at ``location`` (config ``squall.transactional.store``): a SQLite path or
-    ``sqlite:///path`` (the embedded default), or ``zookeeper://[user:password@]host:port[,host:port]/root``,
-    whose credentials and TLS settings may also come from ``conf``'s ``squall.zookeeper.*`` keys."""
-    if location.startswith("zookeeper://"):
-        from squall.connectors.zookeeper import ZooKeeperCoordinatorStore
-
-        return ZooKeeperCoordinatorStore.from_config(location, topology_id, conf or {})
-    path = Path(location.removeprefix("sqlite://"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteCoordinatorStore(path, topology_id)

@@ -17,6 +17,7 @@ from squall.model import config as cfg
 from squall.model.drawing import edges
 from squall.model.topology import Topology
 from squall.model.urls import redact_config
+from squall.spark.run import TRANSACTIONAL, Run
 from squall.spark.stats import ComponentStats, RunStats
 
 ACTIVE, INACTIVE, FAILED = "ACTIVE", "INACTIVE", "FAILED"
@@ -26,31 +27,29 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def status_of(run: Any, failed: bool) -> str:
+def status_of(run: Run, failed: bool) -> str:
     if failed:
         return FAILED
-    return INACTIVE if not getattr(run, "wanted_active", True) else ACTIVE
+    return INACTIVE if not run.wanted_active else ACTIVE
 
 
-def uptime_secs(run: Any) -> float:
-    started = getattr(run, "started_at", None)
-    return max(0.0, run.clock.now() - started) if started is not None else 0.0
+def uptime_secs(run: Run) -> float:
+    return max(0.0, run.clock.now() - run.started_at)
 
 
-def buffered_bytes(run: Any) -> tuple[int, int]:
+def buffered_bytes(run: Run) -> tuple[int, int]:
     """Bytes on the way: ``(hub, links)``: what the driver's hub holds for the workers, not yet sent, and what
     the workers' links hold (received and not yet handled, or sent and not yet acknowledged by the peer)."""
-    scheduler = getattr(run, "scheduler", None)
-    return scheduler.buffered_bytes() if scheduler is not None else (0, 0)
+    return run.scheduler.buffered_bytes()
 
 
-def topology_summary(name: str, run: Any, failed: bool = False) -> dict[str, Any]:
+def topology_summary(name: str, run: Run, failed: bool = False) -> dict[str, Any]:
     stats: RunStats = run.stats
     uptime = uptime_secs(run)
     hub_bytes, link_bytes = buffered_bytes(run)
     return {
         "name": name,
-        "kind": "transactional" if hasattr(run, "coordinator") else "topology",
+        "kind": run.kind,
         "status": status_of(run, failed),
         "uptimeSeconds": round(uptime, 3),
         "waves": stats.waves,
@@ -98,13 +97,12 @@ def running_secs(stats: RunStats, uptime: float) -> float:
     return stats.wave_seconds or uptime
 
 
-def system_components(run: Any) -> dict[str, list[int]]:
+def system_components(run: Run) -> dict[str, list[int]]:
     """Components squall adds, as Storm adds its own: ``__acker`` with its tasks, when they run on the workers."""
-    ackers = getattr(run, "acker_task_ids", None)
-    return {"__acker": list(ackers)} if ackers else {}
+    return {"__acker": list(run.acker_task_ids)} if run.acker_task_ids else {}
 
 
-def system_figures(run: Any, cid: str, uptime: float) -> dict[str, Any]:
+def system_figures(run: Run, cid: str, uptime: float) -> dict[str, Any]:
     """An acker component's figures: acks it merged (executed) and trees it settled (emitted)."""
     tasks = system_components(run)[cid]
     figures = _bolt_figures(run.stats.peek(cid), running_secs(run.stats, uptime))
@@ -136,7 +134,7 @@ def topology_detail(name: str, run: Any, failed: bool = False) -> dict[str, Any]
     detail["errors"] = [
         {"component": e.component, "task": e.task, "time": e.time, "error": e.text} for e in reversed(errors)
     ]
-    if hasattr(run, "coordinator"):
+    if run.kind == TRANSACTIONAL:
         detail["transactional"] = transactional_figures(run)
     detail["configuration"] = redact_config(run.conf)  # Storm UI's "Topology Configuration", secrets masked
     return detail
@@ -163,7 +161,7 @@ def component_detail(name: str, run: Any, cid: str) -> dict[str, Any]:
     return detail
 
 
-def transactional_figures(run: Any) -> dict[str, Any]:
+def transactional_figures(run: Run) -> dict[str, Any]:
     """The coordinator's progress: the last committed txid, the attempts in flight, the recent commits."""
     now = time.time()
     return {

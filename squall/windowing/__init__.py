@@ -1,6 +1,9 @@
 """Windows over a bolt's tuples, as Storm's windowed bolts have them: count and time windows, sliding and
 tumbling, processing time or event time with watermarks."""
 
+from squall.model.builder import bolt_runs_as
+from squall.windowing.bolt import WindowedBolt
+from squall.windowing.executor import WindowedBoltExecutor
 from squall.windowing.manager import (
     EXPIRE_EVENTS_THRESHOLD,
     Event,
@@ -9,6 +12,7 @@ from squall.windowing.manager import (
     WindowLifecycleListener,
     WindowManager,
 )
+from squall.windowing.persistent import PersistentWindowedBoltExecutor
 from squall.windowing.policies import (
     Action,
     CountEvictionPolicy,
@@ -24,6 +28,15 @@ from squall.windowing.policies import (
     WatermarkTimeTriggerPolicy,
 )
 from squall.windowing.watermarks import WatermarkEventGenerator
+
+
+def executor_for(bolt: WindowedBolt) -> WindowedBoltExecutor:
+    """The bolt that runs a ``WindowedBolt`` in its tasks: its windows kept in memory, or in the task's state
+    (``with_persistence()``)."""
+    return PersistentWindowedBoltExecutor(bolt) if bolt.persistent else WindowedBoltExecutor(bolt)
+
+
+bolt_runs_as(WindowedBolt, executor_for, WindowedBoltExecutor.validate)
 
 __all__ = [
     "EXPIRE_EVENTS_THRESHOLD",

@@ -29,21 +29,20 @@ from typing import Any
 
 from squall.model.errors import FailedException
 from squall.spark.bolt_task import BoltTask
-from squall.spark.emitters import Emitters
 from squall.spark.execution import execute_batch
-from squall.spark.protocol import (
+from squall.spark.protocol import Batch, RunSettings
+from squall.spark.shipping import ShippedTopology, new_component
+from squall.transactional.builder import commit_phase
+from squall.transactional.emitters import Emitters
+from squall.transactional.messages import (
     COMMITTED,
     EMITTED,
     PROCESSED,
     AbortBatches,
-    Batch,
     BatchReport,
     BeginBatch,
     CommitBatch,
-    RunSettings,
 )
-from squall.spark.shipping import ShippedTopology, new_component
-from squall.transactional.builder import commit_phase
 
 log = logging.getLogger("squall.transactional")
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from squall.model.topology import Topology
 from squall.spark.collectors import OutputCollector
-from squall.spark.protocol import Batch, EmitPlan, TaskStatus
+from squall.spark.protocol import Batch, TaskStatus
+from squall.transactional.messages import EmitPlan
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
 
 log = logging.getLogger("squall.transactional")

@@ -24,6 +24,7 @@ from squall.spark.clock import Clock, RealClock
 from squall.spark.context import check_executors, is_local_master, spark_context
 from squall.spark.driver import TopologyRun
 from squall.spark.failures import stop_reason
+from squall.spark.run import TOPOLOGY, Run
 from squall.spark.stats import RunStats
 
 log = logging.getLogger("squall")
@@ -58,7 +59,7 @@ class LocalCluster:
         self.conf = cfg.resolve_config(conf)
         self.clock = clock or RealClock()
         self._owned_dirs: list[str] = []
-        self.runs: dict[str, TopologyRun] = {}
+        self.runs: dict[str, Run] = {}
         self.failures: dict[str, TopologyFailed] = {}  # topologies a failure no retry can fix has stopped
         self._surfaced: set[str] = set()  # failures taken by the caller (``take_failure``): not raised at shutdown
         self._threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
@@ -120,7 +121,7 @@ class LocalCluster:
             merged[cfg.SQUALL_TRANSACTIONAL_STORE] = os.path.join(self._state_dir, "transactional.sqlite")
         return merged
 
-    def _start(self, name: str, conf: dict | None, topology: Topology, capture: bool) -> TopologyRun:
+    def _start(self, name: str, conf: dict | None, topology: Topology, capture: bool) -> Run:
         from squall.transactional.builder import TransactionalTopology
 
         if name in self.runs:
@@ -147,7 +148,7 @@ class LocalCluster:
         self.runs[name] = run
         return run
 
-    def submit_topology(self, name: str, conf: dict | None, topology: Topology) -> TopologyRun:
+    def submit_topology(self, name: str, conf: dict | None, topology: Topology) -> Run:
         with self._lock:
             run = self._start(name, conf, topology, capture=False)
             stop = threading.Event()
@@ -156,18 +157,16 @@ class LocalCluster:
             thread.start()
             return run
 
-    def _drive(self, run: TopologyRun, stop: threading.Event) -> None:
+    def _drive(self, run: Run, stop: threading.Event) -> None:
         """The run's own thread: every spout call (``open`` to ``close``) and every step happen here."""
         try:
             self._steps(run, stop)
         finally:
-            if isinstance(run, TopologyRun):
-                with self._lock:
-                    run.finish(self._fail_back.get(run.name, False))
+            with self._lock:
+                run.finish(self._fail_back.get(run.name, False))
 
-    def _steps(self, run: TopologyRun, stop: threading.Event) -> None:
+    def _steps(self, run: Run, stop: threading.Event) -> None:
         sleep, long_sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS], run.conf[cfg.SQUALL_IDLE_MAX_SLEEP_SECS]
-        idle_for = getattr(run, "idle_for", None)
         first_pause = pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
         limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
@@ -189,7 +188,7 @@ class LocalCluster:
                 info = None
             if info is None or info.idle:  # as Storm's progressive wait strategy: longer pauses while nothing moves
                 stop.wait(pause)
-                long_idle = idle_for is not None and idle_for() >= LONG_IDLE_SECS  # no tree pending all along
+                long_idle = run.idle_for() >= LONG_IDLE_SECS  # nothing pending all along
                 pause = min(max(sleep, long_sleep) if long_idle else sleep, pause * 2)
             else:
                 pause = first_pause
@@ -202,12 +201,12 @@ class LocalCluster:
             run = self.runs.get(name)
             if run is None:
                 raise SquallError(f"no topology named {name!r} is running")
-            if wait_secs is not None and isinstance(run, TopologyRun):
+            if wait_secs is not None and run.kind == TOPOLOGY:
                 run.set_active(False)  # applied by the run's thread, before its next spout call
                 if wait_secs > 0:
                     self._drain(run, wait_secs)
             thread, stop = self._threads.pop(name, (None, None))
-            fail_back = wait_secs is not None and isinstance(run, TopologyRun)
+            fail_back = wait_secs is not None and run.kind == TOPOLOGY
             if stop is not None:  # the run's thread fails the pending trees back and closes the spouts
                 self._fail_back[name] = fail_back
                 stop.set()
@@ -217,7 +216,7 @@ class LocalCluster:
                     log.warning("topology %s: its thread did not stop within %ss; closing it", name, KILL_JOIN_SECS)
             with self._lock:
                 try:
-                    if stop is None and isinstance(run, TopologyRun):  # driven by the caller's thread
+                    if stop is None:  # driven by the caller's thread
                         run.finish(fail_back)
                     run.close()
                 finally:
@@ -229,7 +228,7 @@ class LocalCluster:
         run = self.runs.get(name)
         if run is None:
             raise SquallError(f"no topology named {name!r} is running")
-        if not isinstance(run, TopologyRun):
+        if run.kind != TOPOLOGY:
             raise SquallError(f"topology {name!r} is transactional: its spouts cannot be deactivated")
         run.set_active(active)
 
@@ -239,7 +238,7 @@ class LocalCluster:
         again with the new task layout. Stateful bolts take their state along (their keys dealt out again by
         the fields grouping); a plain bolt's tasks start afresh."""
         run = self.runs.get(name)
-        if not isinstance(run, TopologyRun):
+        if run is None or run.kind != TOPOLOGY:
             raise SquallError(f"no topology named {name!r} that can be rebalanced is running")
         topology = run.topology.with_parallelism(parallelism)
         wait = run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS] if wait_secs is None else wait_secs

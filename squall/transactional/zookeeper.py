@@ -46,9 +46,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_digest_acl
 
-from squall.connectors.common import BrokerUnavailable
 from squall.model import config as cfg
-from squall.model.errors import InvalidConfigError
+from squall.model.errors import BrokerUnavailable, InvalidConfigError
 from squall.model.urls import redact
 from squall.transactional.store import CoordinatorStore, encode_value, txid_of
 
