@@ -72,6 +72,7 @@ class WaveInfo:
 
 class TopologyRun:
     kind = TOPOLOGY  # the Run protocol (``run.py``)
+
     def __init__(
         self,
         name: str,
