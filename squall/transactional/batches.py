@@ -23,6 +23,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -126,7 +127,7 @@ class TryOnWorker:
     def _deliver(self, batch: Batch) -> None:
         task = self.tasks[batch.target]
         if batch.values:
-            self.host.commits.wait_none_running()
+            self.host.commits.wait_for_commits()
             execute_batch(task.task, batch)
             status = task.task.collector.status
             if status.errors or status.failed:
@@ -207,32 +208,43 @@ class TryOnWorker:
 
 
 class CommitsFirst:
-    """While a try commits on this worker, the other tries' bolts wait before their next tuples.
+    """While a try commits on this worker, the other tries' bolts wait before their next tuples, for up to
+    ``HOLD_SECS`` of each commit.
 
     Commits run one after the other in txid order, so the one running holds up every later batch's commit, while
     the tries still processing are ahead of what can commit. Sharing the GIL with them made a commit take about
-    three times as long; so they wait for it (a commit never waits for them: its tuples are all in)."""
+    three times as long; so they wait for it (a commit never waits for them: its tuples are all in). A commit
+    still running after ``HOLD_SECS`` is taken to be waiting on something outside (a database, a broker), and
+    the others go on."""
+
+    HOLD_SECS = 0.1
 
     def __init__(self) -> None:
-        self._running = 0
-        self._none = threading.Condition()
+        self._started: dict[int, float] = {}  # thread id -> when its commit began (time.monotonic)
+        self._changed = threading.Condition()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        with self._none:
-            self._running += 1
+        me = threading.get_ident()
+        with self._changed:
+            self._started[me] = time.monotonic()
         try:
             yield
         finally:
-            with self._none:
-                self._running -= 1
-                if not self._running:
-                    self._none.notify_all()
+            with self._changed:
+                del self._started[me]
+                self._changed.notify_all()
 
-    def wait_none_running(self) -> None:
-        if self._running:
-            with self._none:
-                self._none.wait_for(lambda: not self._running)
+    def wait_for_commits(self) -> None:
+        """Return once no commit here is younger than ``HOLD_SECS``."""
+        if not self._started:
+            return
+        with self._changed:
+            while self._started:
+                left = min(self._started.values()) + self.HOLD_SECS - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
 
 
 class BatchTasks:
