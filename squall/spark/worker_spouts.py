@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology
+from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
 from squall.spark.failures import TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
@@ -123,10 +124,7 @@ class WorkerSpouts:
             log.info("spout tasks %s: %d pending tree(s) failed back for replay", sorted(self.spout_tasks), len(failed))
             self.host.settle(failed)
             self.trees = self.host.trees = PendingTrees(self.settings.num_ackers, sorted(self.ackers))
-        self.expected = bolt_tasks  # acker inputs a wave brings: one from every bolt task
-        self.inputs: dict[int, list[AckerInput]] = defaultdict(list)
-        self.committed = self.applied = self.released = applied
-        self.held: list[tuple[int, AckBatch]] = []  # stateful tasks' acks, per wave, until a checkpoint holds them
+        self.gate = AckGate(bolt_tasks, applied)  # when a wave's acks are applied (``squall/reliability``)
 
     # -- a wave's spout calls ----------------------------------------------------------
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
@@ -217,36 +215,22 @@ class WorkerSpouts:
 
     # -- the acker tasks here -------------------------------------------------------------
     def acker_input(self, message: AckerInput) -> None:
-        if message.wave > self.applied:
-            self.inputs[message.wave].append(message)
-            self._apply()
+        self._apply(self.gate.handle(AcksArrived(message.wave, message.acks, message.held)))
 
     def commit(self, wave: int, snapshot: int = 0) -> None:
-        self.committed = max(self.committed, wave)
-        self._apply()
+        self._apply(self.gate.handle(WaveCommitted(wave)))
         while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
             task, logged_wave = self.logged.popleft()
             self.store.drop_spout_wave(task, logged_wave)
 
     def release(self, wave: int) -> None:
-        self.released = max(self.released, wave)
-        self._apply()
+        self._apply(self.gate.handle(CheckpointReleased(wave)))
 
-    def _apply(self) -> None:
-        """Apply, in wave order, every committed wave whose acks have all arrived; then the held acks released."""
-        while self.applied < self.committed and len(self.inputs.get(self.applied + 1, ())) >= self.expected:
-            self.applied += 1
-            inputs = self.inputs.pop(self.applied)
-            self._merge(AckBatch.combine(i.acks for i in inputs if not i.held))
-            held = AckBatch.combine(i.acks for i in inputs if i.held)
-            if len(held):
-                self.held.append((self.applied, held))
-        while self.held and self.held[0][0] <= min(self.released, self.applied):
-            self._merge(self.held.pop(0)[1])
-
-    def _merge(self, acks: AckBatch) -> None:
-        if self.trees is not None and len(acks):
-            self.host.settle(self.trees.merge_acks(acks))
+    def _apply(self, due: list[ApplyAcks]) -> None:
+        for instruction in due:
+            acks = AckBatch.combine(instruction.acks)
+            if self.trees is not None and len(acks):
+                self.host.settle(self.trees.merge_acks(acks))
 
     # -- stopping -------------------------------------------------------------------------
     def close(self, fail_pending: bool = False, active: bool = True) -> None:
