@@ -22,7 +22,6 @@ import logging
 import pickle
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -61,6 +60,15 @@ from squall.spark.protocol import (
     WorkerReport,
 )
 from squall.spark.snapshots import SnapshotStore
+from squall.spark.wave_book import (
+    CommitDue,
+    GenerationStarted,
+    SpoutsReported,
+    TaskReported,
+    WaveBook,
+    WaveCompleted,
+    WaveSent,
+)
 from squall.spark.worker import run_worker
 from squall.spark.worker_spouts import acker_placement, spout_placement
 
@@ -92,8 +100,6 @@ class WaveInFlight:
     snapshot: bool = False
     replay: bool = False
     ticks: tuple[TicksDue, ...] = ()  # the tick tuples due, made by the workers of their tasks
-    reports: dict[int, TaskReport] = field(default_factory=dict)  # task -> its report
-    spout_reports: dict[int, SpoutReport] = field(default_factory=dict)  # worker -> its spout tasks' report
 
 
 @dataclass
@@ -202,7 +208,7 @@ class WaveScheduler:
         self._restored = {
             t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
         }
-        self.inflight: OrderedDict[int, WaveInFlight] = OrderedDict()
+        self.book = WaveBook(commits=self.spouts_on_workers)  # the waves in flight, oldest first (wave_book.py)
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
         self.next_wave = 1
@@ -336,7 +342,7 @@ class WaveScheduler:
             self.wave_inputs[wave] = WaveInFlight(
                 wave, simulated_now, None, {t: list(b) for t, b in per_task.items()}, 0.0, 0, ticks=ticks, replay=True
             )
-        self.inflight[wave] = flight
+        self.book.handle(WaveSent(wave, flight))
         if self.ready:
             self._send_wave(flight)
         return wave
@@ -386,14 +392,14 @@ class WaveScheduler:
         """
         done: list[CompletedWave] = []
         if self.hub is None:
-            self.inflight.clear()
+            self.book.clear()
             return done
         deadline = None if timeout is None else time.monotonic() + timeout
         self._check_workers()
         while True:
             if self.interrupted.is_set():
                 return done
-            block = len(self.inflight) > wait_for
+            block = len(self.book) > wait_for
             left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
             event = self.hub.next_event(left if block else 0.0)
             if event is None:  # none in time, or woken
@@ -545,7 +551,7 @@ class WaveScheduler:
                     f"{self.workers - len(self._connections)} worker(s) not replaced within {self.replace_timeout}s",
                 )
             self._check_ready()
-        elif self.inflight and now - self._stall_warned_at > STALL_WARNING_SECS:
+        elif len(self.book) and now - self._stall_warned_at > STALL_WARNING_SECS:
             self._warn_if_stalled(now)
         if self.ready and self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
             self._grow_checked_at = now
@@ -557,11 +563,11 @@ class WaveScheduler:
 
     def _warn_if_stalled(self, now: float) -> None:
         """Name the tasks the oldest wave in flight still waits for, once it has waited long."""
-        flight = self.inflight[min(self.inflight)]
+        flight = self.book.flights()[0]
         if now - flight.sent_at < STALL_WARNING_SECS:
             return
         self._stall_warned_at = now
-        missing = [t for t in self.tasks if t not in flight.reports]
+        _, missing, _ = self.book.oldest_missing()
         log.warning(
             "topology %s: wave %d (generation %d) in flight for %.0fs; no report yet from tasks %s on workers %s",
             self.name,
@@ -617,54 +623,40 @@ class WaveScheduler:
         if self.spouts_on_workers:
             # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
             # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
-            self.dropped_checkpoints.extend(f.checkpoint for f in self.inflight.values() if f.checkpoint is not None)
-            self.inflight.clear()
+            self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
+            self.book.handle(self._generation_started(keep_in_flight=False))
             self.snapshot_in_flight = None
             for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
-                flight = replace(self.wave_inputs[wave], sent_at=time.monotonic(), reports={}, spout_reports={})
-                self.inflight[wave] = flight
+                flight = replace(self.wave_inputs[wave], sent_at=time.monotonic())
+                self.book.handle(WaveSent(wave, flight, replay=True))
                 self._send_wave(flight)
             for wave in [w for w in self.wave_inputs if w > self.applied]:
                 del self.wave_inputs[wave]
             self.next_wave = self.applied + 1
             return
-        for flight in self.inflight.values():
-            flight.reports.clear()
+        self.book.handle(self._generation_started(keep_in_flight=True))
+        for flight in self.book.flights():
             self._send_wave(flight)
 
+    def _generation_started(self, keep_in_flight: bool) -> GenerationStarted:
+        spout_workers = frozenset(self.spout_workers.values())
+        return GenerationStarted(self.generation, frozenset(self.tasks), spout_workers, keep_in_flight)
+
     def _report(self, report: TaskReport, done: list[CompletedWave]) -> None:
-        if report.generation != self.generation:
-            return  # from before a restart: that wave runs again
-        flight = self.inflight.get(report.wave)
-        if flight is None or report.task in flight.reports:
-            raise RuntimeError(f"{report.component} task {report.task} reported wave {report.wave} twice")
-        flight.reports[report.task] = report
-        self._complete_in_order(done)
+        self._act(self.book.handle(TaskReported(report.generation, report.wave, report.task, report)), done)
 
     def _spout_report(self, report: SpoutReport, done: list[CompletedWave]) -> None:
         if report.wave == FINAL_REPORT:  # spouts stopped (a relaunch): what they did as they closed still counts
             self.stopped_spouts.append(report.spouts)
             return
-        if report.generation != self.generation:
-            return
-        flight = self.inflight.get(report.wave)
-        if flight is None or report.worker in flight.spout_reports:
-            raise RuntimeError(f"worker {report.worker} reported the spouts of wave {report.wave} twice")
-        flight.spout_reports[report.worker] = report
-        self._complete_in_order(done)
+        self._act(self.book.handle(SpoutsReported(report.generation, report.wave, report.worker, report)), done)
 
-    def _complete_in_order(self, done: list[CompletedWave]) -> None:
-        spout_reports = len(set(self.spout_workers.values()))
-        while self.inflight:
-            first = next(iter(self.inflight.values()))
-            if len(first.reports) < len(self.tasks) or len(first.spout_reports) < spout_reports:
-                break
-            del self.inflight[first.wave]
-            if first.replay:  # run again to rebuild the tasks' state: applied, counted and acked the first time
-                continue
-            done.append(self._complete(first))
-            if self.spouts_on_workers:  # its acks may be applied at the ackers, told with the next wave
-                self._commit_due = Commit(self.generation, first.wave, self.snapshot_wave)
+    def _act(self, instructions: list[WaveCompleted | CommitDue], done: list[CompletedWave]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, WaveCompleted):
+                done.append(self._complete(instruction))
+            else:  # its acks may be applied at the ackers, told with the next wave
+                self._commit_due = Commit(instruction.generation, instruction.wave, self.snapshot_wave)
 
     def flush_commit(self) -> None:
         """Send the latest Commit now, when no wave is about to carry it (the run pauses, or stops)."""
@@ -678,7 +670,8 @@ class WaveScheduler:
         if self.hub is not None and self.spouts_on_workers:
             self.hub.send([(c, Release(self.generation, wave)) for c in self._connections.values()])
 
-    def _complete(self, flight: WaveInFlight) -> CompletedWave:
+    def _complete(self, completed: WaveCompleted) -> CompletedWave:
+        flight = completed.flight
         self.applied = flight.wave
         self.failures_in_a_row = 0
         self.tasks_up = True
@@ -687,7 +680,7 @@ class WaveScheduler:
             del self.inbox_peaks[earlier]
         status, captured, acks, held, deltas, applying, parts = {}, {}, [], [], {}, 0.0, {}
         holds_acks = False
-        for task, report in flight.reports.items():
+        for task, report in completed.reports.items():
             if report.snapshot is not None and report.snapshot.delta:
                 started = time.perf_counter()
                 _, state = self.states.get(task, (0, {}))
@@ -710,7 +703,7 @@ class WaveScheduler:
                 holds_acks = True
         spouts: dict[int, tuple[str, SpoutStatus]] = {}
         ackers: dict[int, tuple[int, int]] = {}
-        for spout_report in flight.spout_reports.values():
+        for spout_report in completed.spout_reports.values():
             spouts.update(spout_report.spouts)
             ackers.update(spout_report.ackers)
         # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
@@ -736,8 +729,8 @@ class WaveScheduler:
             status,
             captured,
             spouts,
-            sum(r.emits for r in flight.spout_reports.values()),
-            sum(r.pending for r in flight.spout_reports.values()),
+            sum(r.emits for r in completed.spout_reports.values()),
+            sum(r.pending for r in completed.spout_reports.values()),
             holds_acks,
             ackers,
             parts,

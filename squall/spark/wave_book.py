@@ -1,0 +1,164 @@
+"""The driver's book of waves in flight: a pure state machine, events in and instructions out.
+
+A wave completes when every bolt task of the current generation has reported it, and every worker hosting
+spout tasks has reported its spouts' part; waves complete strictly in the order they were sent, whatever order
+their reports come in. The rules:
+
+* a report of an older generation is dropped: its wave runs again under the new one;
+* a second report of the same wave from the same task (or spout worker) is a bug, and raises;
+* a wave sent again only to rebuild the tasks' state (``replay``) completes silently: it was applied, counted
+  and acked the first time;
+* when the ackers live on the workers, each completed wave makes its ``Commit`` due: the workers may apply its
+  acks (``CommitDue``; the scheduler sends the latest one with the next wave);
+* a new generation either keeps the waves in flight, which go out again with their reports forgotten, or drops
+  them (when the spouts run on the workers: their trees fail back to the spouts, which replay them).
+
+``WaveBook.handle`` takes one event and returns the instructions it makes due, in order. The waves themselves
+(what was sent) are opaque here; the scheduler (``scheduler.py``) does the sending and the bookkeeping of what
+a completed wave changes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WaveSent:
+    """``wave`` (its number, one more than the last) went out, or waits for the workers to be ready."""
+
+    wave: int
+    flight: Any  # what was sent, handed back when it completes
+    replay: bool = False
+
+
+@dataclass(frozen=True)
+class TaskReported:
+    generation: int
+    wave: int
+    task: int
+    report: Any
+
+
+@dataclass(frozen=True)
+class SpoutsReported:
+    generation: int
+    wave: int
+    worker: int
+    report: Any
+
+
+@dataclass(frozen=True)
+class GenerationStarted:
+    """The workers (re)started as ``generation``, hosting ``tasks`` and spout tasks on ``spout_workers``;
+    ``keep_in_flight`` False drops the waves in flight."""
+
+    generation: int
+    tasks: frozenset[int]
+    spout_workers: frozenset[int]
+    keep_in_flight: bool = True
+
+
+WaveEvent = WaveSent | TaskReported | SpoutsReported | GenerationStarted
+
+
+@dataclass(frozen=True)
+class WaveCompleted:
+    """Instruction: apply the completed wave: what was sent, and every task's and spout worker's report."""
+
+    wave: int
+    flight: Any
+    reports: dict[int, Any]
+    spout_reports: dict[int, Any]
+
+
+@dataclass(frozen=True)
+class CommitDue:
+    """Instruction: the workers may apply the acks of waves up to ``wave`` (of ``generation``)."""
+
+    generation: int
+    wave: int
+
+
+@dataclass
+class _Entry:
+    flight: Any
+    replay: bool
+    reports: dict[int, Any] = field(default_factory=dict)
+    spout_reports: dict[int, Any] = field(default_factory=dict)
+
+
+class WaveBook:
+    """The waves in flight, oldest first. ``commits`` says whether completed waves make a ``CommitDue`` (the
+    ackers run on the workers)."""
+
+    def __init__(self, commits: bool) -> None:
+        self.commits = commits
+        self.generation = 0
+        self.tasks: frozenset[int] = frozenset()
+        self.spout_workers: frozenset[int] = frozenset()
+        self._waves: OrderedDict[int, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._waves)
+
+    def flights(self) -> list[Any]:
+        """What each wave in flight sent, oldest first."""
+        return [entry.flight for entry in self._waves.values()]
+
+    def oldest_missing(self) -> tuple[int, list[int], list[int]] | None:
+        """The oldest wave in flight, and the tasks and spout workers it still waits for."""
+        if not self._waves:
+            return None
+        wave, entry = next(iter(self._waves.items()))
+        tasks = sorted(self.tasks - entry.reports.keys())
+        return wave, tasks, sorted(self.spout_workers - entry.spout_reports.keys())
+
+    def clear(self) -> list[Any]:
+        """Forget every wave in flight (the run has no workers); returns what they sent."""
+        flights = self.flights()
+        self._waves.clear()
+        return flights
+
+    def handle(self, event: WaveEvent) -> list[WaveCompleted | CommitDue]:
+        if isinstance(event, WaveSent):
+            self._waves[event.wave] = _Entry(event.flight, event.replay)
+            return []
+        if isinstance(event, GenerationStarted):
+            self.generation, self.tasks, self.spout_workers = event.generation, event.tasks, event.spout_workers
+            if not event.keep_in_flight:
+                self._waves.clear()
+            for entry in self._waves.values():
+                entry.reports.clear()
+                entry.spout_reports.clear()
+            return []
+        if event.generation != self.generation:
+            return []  # from before a restart: that wave runs again
+        entry = self._waves.get(event.wave)
+        if isinstance(event, TaskReported):
+            if entry is None or event.task in entry.reports:
+                raise RuntimeError(f"task {event.task} reported wave {event.wave} twice")
+            entry.reports[event.task] = event.report
+        elif isinstance(event, SpoutsReported):
+            if entry is None or event.worker in entry.spout_reports:
+                raise RuntimeError(f"worker {event.worker} reported the spouts of wave {event.wave} twice")
+            entry.spout_reports[event.worker] = event.report
+        else:
+            raise TypeError(f"WaveBook: unexpected event {event!r}")
+        return self._complete_in_order()
+
+    def _complete_in_order(self) -> list[WaveCompleted | CommitDue]:
+        due: list[WaveCompleted | CommitDue] = []
+        while self._waves:
+            wave, first = next(iter(self._waves.items()))
+            if not (self.tasks <= first.reports.keys() and self.spout_workers <= first.spout_reports.keys()):
+                break
+            del self._waves[wave]
+            if first.replay:
+                continue
+            due.append(WaveCompleted(wave, first.flight, first.reports, first.spout_reports))
+            if self.commits:
+                due.append(CommitDue(self.generation, wave))
+        return due
