@@ -124,3 +124,15 @@ def test_waves_size_so_that_inboxes_that_scale_with_them_stay_under_the_bound(by
         after = complete(sizer, wave, size, 0.001, inbox_peak=2 * size * per_call)
         assert 1 <= after <= max(1, cap)
         assert after == 1 or 2 * after * per_call <= bound * BUFFER_HEADROOM
+
+
+def test_a_waves_bytes_a_call_are_counted_over_the_calls_it_went_out_with():
+    """Waves 1 and 2 go out with 64 calls; wave 1 completes full and quick, so the size grows, before wave 2
+    completes. The bytes wave 2 brought are a megabyte over its own 64 calls, not over the grown size, which would
+    have understated them fourfold and let the next waves overfill the inboxes."""
+    sizer = WaveSizer(TARGET, 20_000, inbox_max_bytes=16_000_000)
+    sizer.sized(1, 64)
+    sizer.sized(2, 64)
+    assert complete(sizer, 1, 64, 0.001) == 256  # full and quick: the size grows
+    sizer.sized(3, 256)
+    assert complete(sizer, 2, 64, 0.001, inbox_peak=64 * 1_000_000) == int(16_000_000 * BUFFER_HEADROOM / 1_000_000)

@@ -294,13 +294,15 @@ class TopologyRun:
             return self._step_on_workers(now)
         self._fire_timers(now)
         completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
-        emits = self.spout_host.call(self.sizer.calls_per_spout_task())
+        calls = self.sizer.calls_per_spout_task()
+        emits = self.spout_host.call(calls)
         inputs, ticks = self.spout_host.take_wave(), self._take_ticks()
         delivered = sum(len(b.values) for batches in inputs.values() for b in batches) + sum(t.count for t in ticks)
         checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
         if delivered or checkpoint is not None:
             simulated = self.clock.now() if self.clock.simulated else None
             self.wave = self.scheduler.send(inputs, simulated, checkpoint, ticks=ticks)
+            self.sizer.sized(self.wave, calls)
             self.sizer.sent(self.wave, emits)
         # With a wave just sent, wait only for room; with nothing to send, wait for every wave in flight.
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
@@ -328,6 +330,7 @@ class TopologyRun:
         self.wave = self.scheduler.send(  # the driver's input is control only: no tuple
             {}, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot, ticks=ticks_due
         )
+        self.sizer.sized(self.wave, calls)
         if snapshot:
             self.snapshot_timer.sent(now, self.wave)
         completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))

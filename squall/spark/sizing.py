@@ -41,20 +41,27 @@ class WaveSizer:
         self._bytes_per_call: deque[float] = deque(maxlen=BYTES_WINDOW)
         self.size = min(cap, INITIAL_CALLS)
         self._emits: dict[int, int] = {}  # wave in flight -> spout emits in it
+        self._calls: dict[int, int] = {}  # wave in flight -> the calls it was sent with
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, window))  # (emits, seconds) of the last waves
 
     def calls_per_spout_task(self) -> int:
         return self.size
+
+    def sized(self, wave: int, calls: int) -> None:
+        """Wave ``wave`` went out with ``calls`` spout calls a spout task."""
+        self._calls[wave] = calls
 
     def sent(self, wave: int, emits: int) -> None:
         self._emits[wave] = emits
 
     def completed(self, wave: int, seconds: float, inbox_peak_bytes: int = 0) -> None:
         """Wave ``wave`` took ``seconds``; the workers' inboxes held at most ``inbox_peak_bytes`` meanwhile."""
-        before = self.size
+        calls = self._calls.pop(wave, self.size)  # its own size: the size may have grown since it went out
+        for older in [w for w in self._calls if w < wave]:  # of waves that ran again
+            del self._calls[older]
         self._resize(self._emits.pop(wave, 0), seconds)
-        if self.inbox_max_bytes and inbox_peak_bytes > 0:
-            self._bytes_per_call.append(inbox_peak_bytes / before)
+        if self.inbox_max_bytes and inbox_peak_bytes > 0 and calls > 0:
+            self._bytes_per_call.append(inbox_peak_bytes / calls)
         if self._bytes_per_call:
             fits = int(self.inbox_max_bytes * BUFFER_HEADROOM / max(self._bytes_per_call))
             self.size = max(1, min(self.size, fits))
