@@ -208,8 +208,8 @@ class TryOnWorker:
 
 
 class CommitsFirst:
-    """While a try commits on this worker, the other tries' bolts wait before their next tuples, for up to
-    ``HOLD_SECS`` of each commit.
+    """While a try commits on this worker, the other tries' bolts wait before their next tuples, and the emitters
+    before their next batch, for up to ``HOLD_SECS`` of each commit.
 
     Commits run one after the other in txid order, so the one running holds up every later batch's commit, while
     the tries still processing are ahead of what can commit. Sharing the GIL with them made a commit take about
@@ -377,6 +377,7 @@ class BatchTasks:
             with self._lock:
                 if begin.seq in self._aborted:
                     continue
+            self.commits.wait_for_commits()
             emitted = self.emitters.emit(begin.seq, begin.attempt, begin.plans, self.send, begin.last_committed)
             statuses = {task: (self.spout_id, status) for task, status in emitted.statuses.items()}
             report = BatchReport(
