@@ -56,6 +56,11 @@ class OpaqueValue:
         return (current or OpaqueValue(initial, initial, 0)).updated(txid, delta, combine)
 
 
+# an upsert's conflict clause: a stored key takes the new row's value, previous value, txid and writer
+_REPLACING = (
+    " ON CONFLICT (key) DO UPDATE SET"
+    " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer"
+)
 LOCK_TIMEOUT_SECS = 60  # how long an update waits for another writer of the same SQLite file
 
 _encode_str = json.encoder.encode_basestring_ascii  # C: what json.dumps gives a str
@@ -235,8 +240,7 @@ class SqliteKeyedState(KeyedState):
                         [txid, writer, *touched],
                     )
                 self._db.executemany(
-                    f"INSERT INTO {self._quoted} VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET"
-                    " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                    f"INSERT INTO {self._quoted} VALUES (?, ?, ?, ?, ?){_REPLACING}",
                     [stored_row(text, new[k], writer) for text, k in encoded.items()],
                 )
             else:
@@ -251,11 +255,10 @@ class SqliteKeyedState(KeyedState):
         """``TransactionalValue.apply`` to each key, inside ``update``'s transaction. With SQLite's JSON functions
         the batch's keys are read in one statement and written in another, so that a committer does not give up
         the GIL once per key (other batches' bolts run in this process meanwhile)."""
-        stored = self._stored_json(list(encoded)) if self._json_each else None
+        texts = list(encoded)
+        stored = self._stored_json(texts) if self._json_each else None
         if stored is None:
-            stored = {
-                text: (decode_json(value), txid) for text, (value, _, txid) in self._stored(list(encoded)).items()
-            }
+            stored = {text: (decode_json(value), at) for text, (value, _, at) in self._stored(texts).items()}
         new: dict[Any, Any] = {}
         written: list[list] = []
         for text, key in encoded.items():
@@ -270,14 +273,12 @@ class SqliteKeyedState(KeyedState):
             self._db.execute(
                 f"INSERT INTO {self._quoted} (key, value, prev, txid, writer)"
                 " SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), 'null', ?, ? FROM json_each(?)"
-                " WHERE true ON CONFLICT (key) DO UPDATE SET"
-                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                f" WHERE true{_REPLACING}",
                 [txid, writer, json.dumps(written)],
             )
         else:
             self._db.executemany(
-                f"INSERT INTO {self._quoted} VALUES (?, ?, 'null', ?, ?) ON CONFLICT (key) DO UPDATE SET"
-                " value = excluded.value, prev = excluded.prev, txid = excluded.txid, writer = excluded.writer",
+                f"INSERT INTO {self._quoted} VALUES (?, ?, 'null', ?, ?){_REPLACING}",
                 [(text, value, txid, writer) for text, value in written],
             )
         return new
