@@ -50,7 +50,7 @@ class LocalCluster:
     a spout saw, use a store, the metrics, or ``TestCluster``, which runs its spouts in the test's own process.
     """
 
-    spouts_in_process = False  # TestCluster runs its spouts in the test's process
+    spouts_here = False  # TestCluster runs its spout and acker tasks on a worker in the test's process
 
     def __init__(
         self, conf: dict[str, Any] | None = None, clock: Clock | None = None, ui_fallback: bool = False
@@ -132,7 +132,7 @@ class LocalCluster:
             from squall.transactional.runtime import TransactionalRun
 
             run_conf = self._run_conf(conf, topology.topology.conf)
-            run = TransactionalRun(name, topology, run_conf, self.sc, self.clock, not self.spouts_in_process)
+            run = TransactionalRun(name, topology, run_conf, self.sc, self.clock, spouts_here=self.spouts_here)
         elif isinstance(topology, Topology):
             run = TopologyRun(
                 name,
@@ -141,7 +141,7 @@ class LocalCluster:
                 self.sc,
                 self.clock,
                 capture,
-                spouts_on_workers=not self.spouts_in_process,
+                spouts_here=self.spouts_here,
             )
         else:
             raise TypeError(f"submit_topology({name!r}): expected a built Topology, got {type(topology).__name__}")

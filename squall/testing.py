@@ -116,7 +116,7 @@ class TestCluster(LocalCluster):
     """A ``LocalCluster`` on simulated time; waves run only when the test asks."""
 
     __test__ = False  # not a pytest test class
-    spouts_in_process = True  # a test reads what its spouts saw, as Storm's tests do in one JVM
+    spouts_here = True  # a test reads what its spouts saw, as Storm's tests do in one JVM
 
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
         super().__init__(conf, clock=SimulatedClock())
@@ -128,6 +128,14 @@ class TestCluster(LocalCluster):
 
     def submit_for_capture(self, name: str, conf: dict | None, topology: Topology) -> TopologyRun:
         return self._start(name, conf, topology, capture=True)
+
+    def spout_instances(self, name: str) -> dict[int, Spout]:
+        """Topology ``name``'s spout tasks, task id -> the instance that task runs: a copy of the declared object,
+        made in the test's process (a ``FeederSpout``'s copies share the test's queue and records). Read them
+        between waves (after ``wait_idle`` or ``advance_time``): their calls are made on the run's worker thread."""
+        here = self.runs[name].scheduler.worker_here
+        spouts = here.worker.spouts if here is not None and here.worker is not None else None
+        return {s.task: s.spout for s in spouts.host.tasks} if spouts is not None else {}
 
     def wait_idle(self) -> None:
         """Run waves until every fed tuple has been delivered and executed everywhere it goes."""
@@ -248,9 +256,8 @@ def complete_topology(
         run = cluster.submit_for_capture("complete-topology", conf, mocked)
         cluster.wait_idle()
         timeout = run.conf[cfg.TOPOLOGY_MESSAGE_TIMEOUT_SECS]
-        live = [s.spout for s in run.spouts if isinstance(s.spout, FixedTupleSpout)]
         for _ in range(3):  # two rotations expire whatever is still pending
-            if all(s.settled for s in live):
+            if all(s.settled for s in spouts.values()):
                 break
             cluster.advance_time(timeout)
         return {cid: list(run.captured.get(cid, [])) for cid in topology.components}

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, FailedException, Spout
+from squall.testing import FeederSpout
 
 
 class AckEveryOther(Bolt):
@@ -420,3 +421,29 @@ def recorded(db_path) -> list:
             return [v for (v,) in db.execute("SELECT value FROM seen")]
     except sqlite3.OperationalError:
         return []
+
+
+class RequeueingFeeder(FeederSpout):
+    """A ``FeederSpout`` whose failed messages go back on its queue, as a broker redelivers what was not acked."""
+
+    def __init__(self, fields):
+        super().__init__(fields)
+        self._state.sent = {}
+
+    def __deepcopy__(self, memo):
+        twin = super().__deepcopy__(memo)
+        twin.__class__ = RequeueingFeeder
+        return twin
+
+    def next_tuple(self):
+        with self._state.lock:
+            if not self._state.queue:
+                return
+            values, msg_id = self._state.queue.popleft()
+            self._state.sent[msg_id] = values
+        self._collector.emit(values, msg_id=msg_id)
+
+    def fail(self, msg_id):
+        super().fail(msg_id)
+        with self._state.lock:
+            self._state.queue.append((self._state.sent[msg_id], msg_id))

@@ -139,3 +139,20 @@ def test_a_stateful_tasks_acks_wait_for_the_checkpoint_and_a_replays_are_dropped
     assert gate.waiting == 1
     assert gate.handle(CheckpointReleased(4)) == [ApplyAcks(4, ("stateful",), held=True)]
     assert gate.waiting == 0
+
+
+def test_a_restart_applies_the_completed_waves_and_keeps_their_held_acks_until_a_checkpoint():
+    gate = AckGate(expected=2)
+    for wave in (1, 2, 3):
+        gate.handle(AcksArrived(wave, f"plain{wave}"))
+        gate.handle(AcksArrived(wave, f"held{wave}", held=True))
+    assert gate.handle(WaveCommitted(1)) == [ApplyAcks(1, ("plain1",))]
+    # The workers restart: waves 1 and 2 completed (the driver had not said so for 2 yet), wave 3 runs again.
+    restarted, due = gate.restarted(2, applied=2)
+    assert due == [ApplyAcks(2, ("plain2",))]
+    assert restarted.held == [ApplyAcks(1, ("held1",), held=True), ApplyAcks(2, ("held2",), held=True)]
+    assert restarted.handle(AcksArrived(2, "replayed")) == []  # wave 2 ran again: its acks are in already
+    assert restarted.handle(AcksArrived(3, "plain3 again")) == []
+    assert restarted.handle(CheckpointReleased(1)) == [ApplyAcks(1, ("held1",), held=True)]
+    assert restarted.handle(CheckpointReleased(3)) == [ApplyAcks(2, ("held2",), held=True)]
+    assert restarted.waiting == 1  # wave 3's acks, of its new run, wait for its commit and its other task

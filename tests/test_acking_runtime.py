@@ -148,9 +148,10 @@ def test_tuples_without_msg_id_are_untracked(cluster):
     b.set_bolt("fail", FailAll()).shuffle_grouping("s")
     run = cluster.submit_topology("no-msg-id", {"topology.message.timeout.secs": 5}, b.build())
     cluster.advance_time(30)
-    (task,) = run.spouts
-    assert task.spout.acked == [] and task.spout.failed == []
-    assert run.stats.of("fail").executed == 2 and len(run.ledger) == 0 and len(run.pending) == 0
+    (spout,) = cluster.spout_instances("no-msg-id").values()
+    assert spout.acked == [] and spout.failed == []
+    assert run.stats.of("fail").executed == 2 and run.pending_count == 0
+    assert run.stats.of("s").emitted == 2 and run.stats.of("s").acked == run.stats.of("s").failed == 0
 
 
 def test_unanchored_emits_are_outside_the_tree(cluster):

@@ -126,3 +126,22 @@ def test_roots_alternate_over_the_acker_tasks_here_and_a_root_from_elsewhere_is_
     trees.merge_inits(np.array(roots, dtype=np.uint64), np.arange(1, 7, dtype=np.uint64))
     assert [trees.get(r).msg_id for r in roots] == list(range(6))
     assert trees.get(roots[0] + 1) is None  # acker 1 is not here
+
+
+def test_a_restart_fails_the_trees_of_the_dropped_waves_and_keeps_the_earlier_ones():
+    """The workers restart as of wave 2: the trees whose spout tuples went out in wave 3 fail back; those of
+    waves 1 and 2 stay pending, and their acks still complete them."""
+    trees = PendingTrees(num_ackers=2)
+    roots, edges = {}, {}
+    for wave in (1, 2, 3):
+        trees.wave = wave
+        roots[wave] = [trees.start(0, (wave, i), 0.0) for i in range(3)]
+        edges[wave] = trees.new_edges(3)
+        trees.merge_inits(np.array(roots[wave], dtype=np.uint64), edges[wave])
+    settlement = trees.fail_emitted_after(2)
+    assert sorted(settlement.failed.msg_ids) == [(3, 0), (3, 1), (3, 2)] and not len(settlement.acked)
+    assert len(trees) == 6
+    kept = np.array(roots[1] + roots[2], np.uint64)
+    later = trees.merge_acks(AckBatch.reduce(kept, np.concatenate([edges[1], edges[2]])))
+    assert sorted(later.acked.msg_ids) == [(w, i) for w in (1, 2) for i in range(3)] and len(trees) == 0
+    assert not len(trees.merge_acks(AckBatch.reduce(np.array(roots[3], np.uint64), edges[3])))  # settled already

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -192,11 +193,12 @@ def test_a_spout_whose_open_raises_is_among_the_runs_errors(cluster):
     b.set_spout("queue", OpenFails())
     b.set_bolt("sink", Sink()).shuffle_grouping("queue")
     run = cluster.submit_topology("no-queue", {}, b.build())
-    with pytest.raises(TopologyFailed, match="spout 'queue' task 1: open\\(\\) raised PermissionError"):
+    opened = "component 'queue' task 1: open() raised: PermissionError: no access to the queue"
+    with pytest.raises(TopologyFailed, match=re.escape(opened)):
         cluster.wait_idle()
     (error,) = run.stats.errors
     assert (error.component, error.task) == ("queue", 1)
-    assert error.text.startswith("queue task 1 open() raised: Traceback (most recent call last):\n")
+    assert error.text.startswith(f"{opened}\nTraceback (most recent call last):\n")
     assert error.text.rstrip().endswith("PermissionError: no access to the queue")
     assert run.stats.of("queue").errors == 1
 

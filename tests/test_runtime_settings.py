@@ -209,16 +209,17 @@ def _count_topology(feeder):
 
 def test_checkpoints_go_to_the_url_the_user_gives(spark, tmp_path):
     where = tmp_path / "checkpoints"
-    conf = {"squall.checkpoint.dir": where.as_uri(), "squall.state.checkpoint.interval": 1}
+    conf = {"squall.checkpoint.dir": where.as_uri()}
     with TestCluster(conf) as cluster:
         feeder = FeederSpout(["word"])
-        cluster.submit_topology("ck", {}, _count_topology(feeder))
+        run = cluster.submit_topology("ck", {}, _count_topology(feeder))
         for word in "abcd":
             feeder.feed([word])
-        cluster.wait_idle()
+        cluster.advance_time(5)  # past squall.snapshot.interval.ms: the tasks write their snapshots
         assert feeder.acked and not feeder.failed
-    written = [p for p in where.rglob("part-*")]
-    assert written  # the state's checkpoint files, under the given URL, kept: the directory is the user's
+        snapshots = {p.name for p in (where / run.run_id / "snapshots").rglob("task-*")}
+        assert snapshots == {"task-1", "task-2"}  # each bolt task's, under the given URL
+    assert where.is_dir() and not (where / run.run_id).exists()  # the run's own go with it; the directory stays
 
 
 def test_local_mode_checkpoints_default_to_a_directory_the_cluster_removes(spark):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from components import RequeueingFeeder
 from drivers import finish_driver, kill_driver, start_driver
 
 from squall import BasicBolt, InvalidConfigError, InvalidTopologyError, StatefulBolt, TopologyBuilder, TopologyFailed
@@ -90,13 +91,13 @@ def word_count(feeder, middle):
 
 def test_state_survives_a_python_worker_that_dies_mid_wave(cluster, tmp_path):
     marker = tmp_path / "crashed"
-    feeder = FeederSpout(["word"])
+    feeder = RequeueingFeeder(["word"])  # the trees in flight at the loss fail back, and come again
     run = cluster.submit_for_capture("stateful-crash", {}, word_count(feeder, CrashOnce(str(marker))))
     words = ["a", "b", "a", "c"] * 5
     for w in words:
         feeder.feed([w])
     cluster.wait_idle()
-    for w in [*words, "crash", *words]:  # this wave loses a worker; its tasks restart from the driver's state
+    for w in [*words, "crash", *words]:  # this wave loses a worker; its tasks restart from their checkpoint
         feeder.feed([w])
     cluster.wait_idle()
     assert marker.read_text() == "crashed" and run.stats.restarts >= 1
@@ -107,18 +108,18 @@ def test_state_survives_a_python_worker_that_dies_mid_wave(cluster, tmp_path):
     assert counted(run) == dict(Counter([*words, *words, "crash", *words]))
 
 
-def test_a_wave_saves_only_the_keys_it_changed(cluster):
+def test_a_checkpoint_saves_only_the_keys_changed_since_the_last(cluster):
     feeder = FeederSpout(["word"])
     run = cluster.submit_for_capture("stateful-delta", {}, word_count(feeder, Passthrough()))
     held = [f"w{i}" for i in range(1000)]
     for w in held:
         feeder.feed([w])
-    cluster.wait_idle()
+    cluster.advance_time(1)  # topology.state.checkpoint.interval.ms: a checkpoint holds them
     stats = run.stats.of("count")
-    assert stats.state_changes == 1000  # each key saved once: after the wave that put it
-    for w in ["a", "b", "a", "c", "b", "w7"] * 3:  # one wave touching 4 keys, with 1000 held
+    assert stats.state_changes == 1000  # each key saved once
+    for w in ["a", "b", "a", "c", "b", "w7"] * 3:  # touching 4 keys, with 1000 held
         feeder.feed([w])
-    cluster.wait_idle()
+    cluster.advance_time(1)
     assert stats.state_changes == 1000 + 4
     assert counted(run)["a"] == 6 and counted(run)["w7"] == 4
 
@@ -216,15 +217,17 @@ def test_a_changed_parallelism_deals_the_keys_out_again_by_the_fields_grouping(s
 def test_a_changed_parallelism_without_a_key_field_refuses_to_start(spark, tmp_path):
     conf = {"squall.checkpoint.dir": str(tmp_path)}
 
+    feeder = FeederSpout(["word"])
+
     def shuffled(parallelism):
         b = TopologyBuilder()
-        b.set_spout("s", FeederSpout(["word"]))
+        b.set_spout("s", feeder)
         b.set_bolt("count", StatefulCount(), parallelism).shuffle_grouping("s")
         return b.build()
 
     with TestCluster() as first:
         run = first.submit_topology("no-key", conf, shuffled(2))
-        first.runs["no-key"].spout_host.tasks[0].spout.feed(["a"])
+        feeder.feed(["a"])
         first.advance_time(1)
         assert run.stats.of("count").state_changes == 1
     with TestCluster() as second, pytest.raises(Exception, match="bolt 'count' ran with 2 tasks and now has 3"):

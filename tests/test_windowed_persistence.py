@@ -7,6 +7,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from components import RequeueingFeeder
+
 from squall import BasicBolt, Count, TopologyBuilder, WindowedBolt
 from squall.testing import FeederSpout, TestCluster
 
@@ -78,7 +80,7 @@ def test_a_persistent_window_acks_its_tuples_at_the_checkpoint_not_at_expiry(clu
 
 def test_a_persistent_window_goes_on_after_its_python_worker_dies_mid_wave(cluster, tmp_path):
     marker = tmp_path / "crashed"
-    feeder = FeederSpout(["n"])
+    feeder = RequeueingFeeder(["n"])  # what the lost wave carried fails back, and comes again
     run = cluster.submit_for_capture("crash", {}, topology(feeder, CrashOnce(str(marker))))
     feed(feeder, range(1, 21))
     cluster.wait_idle()

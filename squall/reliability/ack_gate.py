@@ -61,7 +61,8 @@ class AckGate:
     """The ack rules of one worker's acker tasks for one generation of the run.
 
     ``expected`` is how many bolt tasks send each wave's acks; the waves up to ``applied`` had theirs applied
-    before this generation began, and any acks still coming for them are dropped.
+    before this generation began, and any acks still coming for them are dropped. A gate that follows another
+    (``restarted``) keeps the held acks of the waves up to ``applied`` that the other had, and what it released.
     """
 
     def __init__(self, expected: int, applied: int = 0) -> None:
@@ -69,6 +70,21 @@ class AckGate:
         self.committed = self.applied = self.released = applied
         self._arrived: dict[int, list[AcksArrived]] = defaultdict(list)  # waves after ``applied``
         self._held: list[ApplyAcks] = []  # applied waves' held acks, oldest first, until released
+
+    def restarted(self, expected: int, applied: int) -> tuple[AckGate, list[ApplyAcks]]:
+        """The gate of the next generation, whose waves up to ``applied`` completed (their acks arrived here are
+        applied, as the instructions returned say); those after it run again. The held acks of the waves up to
+        ``applied`` stay held in the new gate, until a checkpoint releases them."""
+        due = self.handle(WaveCommitted(applied))
+        gate = AckGate(expected, applied)
+        gate.released = min(self.released, applied)
+        gate._held = [held for held in self._held if held.wave <= applied]
+        return gate, due
+
+    @property
+    def held(self) -> list[ApplyAcks]:
+        """The held acks waiting for a checkpoint, oldest first."""
+        return list(self._held)
 
     def handle(self, event: AckEvent) -> list[ApplyAcks]:
         if isinstance(event, AcksArrived):
@@ -95,6 +111,11 @@ class AckGate:
         while self._held and self._held[0].wave <= min(self.released, self.applied):
             due.append(self._held.pop(0))
         return due
+
+    @property
+    def behind(self) -> bool:
+        """A committed wave's acks have not all arrived yet: they will be applied when they do."""
+        return self.applied < self.committed
 
     @property
     def waiting(self) -> int:

@@ -146,6 +146,9 @@ def _load_state(blob: bytes, own: dict[str, Any]) -> dict[str, Any]:
         _RESTORING.reset(token)
 
 
+UNSAVED = -1  # the version of an instance that executed since its last snapshot: it equals none
+
+
 class BoltTask:
     def __init__(
         self,
@@ -162,7 +165,7 @@ class BoltTask:
         spec = topology.components[component]
         self.component, self.task = component, task
         self.settings = settings
-        self.version: int | None = None  # the wave of the snapshot this instance's state equals
+        self.version: int | None = None  # the wave of the snapshot this instance's state equals (None: none yet)
         self.dirty = False  # executed something since its last snapshot (when snapshots are taken on an interval)
         self.bolt = new_component(shipped, component, task)
         self.context = TopologyContext(topology, component, task)

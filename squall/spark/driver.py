@@ -2,24 +2,19 @@
 
 A ``TopologyRun`` puts together the parts that each do one job:
 
-* ``spouts.SpoutHost``: the spout tasks, and the driver's tuples for the next wave (under ``TestCluster``;
-  under ``LocalCluster`` the spout and acker tasks run on the workers, and a step only starts a wave there);
-* ``trees.PendingTrees``: pending tuple trees, the acker ledger and timeouts (the same, where the spouts run);
-* ``scheduler.WaveScheduler``: the worker tasks, waves in flight, recovery and snapshots;
-* ``sizing.WaveSizer``: how many spout calls make a wave.
+* ``scheduler.WaveScheduler``: the workers, which host every task (spouts, bolts and ackers), the waves in
+  flight, recovery and snapshots;
+* ``sizing.WaveSizer``: how many spout calls make a wave;
+* ``stateful.StateCheckpoints``: stateful bolts' checkpoints.
 
-Each ``step()``, at the clock's current time:
+The driver sends no tuple and receives no ack. Each ``step()``, at the clock's current time:
 
-1. rotate the timeout buckets that are due (expired trees fail with reason
-   ``timeout``) and note the ticks that are due (their tasks' workers make the tuples);
-2. call ``next_tuple`` on every spout task within its ``max.spout.pending``
-   budget and the wave's size;
-3. record the new trees' inits in the ledger;
-4. send the wave to the workers, while up to ``squall.wave.max.inflight``
-   earlier waves are still running;
-5. for each wave that completed, merge the XOR-reduced acks of its task reports
-   into the ledger and call ``ack``/``fail`` on the exact spout task that emitted
-   each settled tree.
+1. note the timeout rotations and the ticks that are due (the workers rotate their ackers' buckets and make
+   the tick tuples);
+2. send the wave to the workers (its spout calls, rotations, ticks, and the ``Commit`` of the last wave
+   completed), while up to ``squall.wave.max.inflight`` earlier waves are still running;
+3. for each wave that completed, fold in its reports: counters, errors, latencies, snapshots; the acker
+   tasks apply its acks once its ``Commit`` reaches them, and call ``ack``/``fail`` on the spout tasks.
 """
 
 from __future__ import annotations
@@ -43,13 +38,11 @@ from squall.spark.clock import Clock
 from squall.spark.protocol import RunSettings, SpoutStatus, TicksDue
 from squall.spark.run import TOPOLOGY
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
-from squall.spark.shipping import ship_topology
+from squall.spark.shipping import ship_topology, shipped_here
 from squall.spark.sizing import WaveSizer
 from squall.spark.snapshots import SnapshotTimer
-from squall.spark.spouts import DriverOutbox, SpoutHost
 from squall.spark.stateful import StateCheckpoints
 from squall.spark.stats import RunStats, decode_latencies
-from squall.spark.trees import PendingTrees
 from squall.state.providers import open_state_provider
 from squall.time import simulated_time
 
@@ -61,13 +54,14 @@ ACKER = "__acker"  # Storm's name for the acker component
 @dataclass
 class WaveInfo:
     spout_emits: int
-    delivered: int  # tuples the wave hands bolts: in-process spouts' emits, and ticks
+    delivered: int  # tuples the wave handed bolts: its spouts' emits, and ticks
     completed: int = 0  # waves that completed, their acks applied
+    confirming: bool = False  # nothing moved, and the next step makes sure over a wave that follows every commit
 
     @property
     def idle(self) -> bool:
         """Nothing was sent and nothing completed: the topology has nothing to do until time passes."""
-        return not self.delivered and not self.completed
+        return not self.delivered and not self.completed and not self.confirming
 
 
 class TopologyRun:
@@ -81,8 +75,10 @@ class TopologyRun:
         sc: SparkContext,
         clock: Clock,
         capture: bool = False,
-        spouts_on_workers: bool = False,
+        spouts_here: bool = False,
     ) -> None:
+        """``spouts_here``: the spout and acker tasks run on a worker in this process (``TestCluster``), else
+        on the Spark job's workers."""
         self.name = name
         self.topology = topology
         self.conf = cfg.resolve_config(topology.conf, conf)
@@ -93,17 +89,16 @@ class TopologyRun:
         self.conf[cfg.TOPOLOGY_NAME], self.conf[cfg.SQUALL_RUN_ID] = name, self.run_id
         self.stats = RunStats()
         self.captured: dict[str, list[tuple]] = defaultdict(list)
-        self.spouts_on_workers = spouts_on_workers and bool(topology.bolts)
-        workers = worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS], self.spouts_on_workers)
+        workers = worker_count(sc, topology, self.conf[cfg.SQUALL_WORKERS], hosts_spouts=not spouts_here)
         declared = self.conf[cfg.TOPOLOGY_ACKER_EXECUTORS]
-        # Storm's default: one acker task per worker (one in the test's process under TestCluster).
-        self.num_ackers: int = declared if declared is not None else (workers if self.spouts_on_workers else 1)
+        # Storm's default: one acker task per worker (the one in the test's process under TestCluster).
+        self.num_ackers: int = declared if declared is not None else (1 if spouts_here else workers)
         self.acking = self.num_ackers > 0
         last_task = max((t for spec in topology.components.values() for t in spec.tasks), default=0)
         # The acker tasks, numbered after the topology's own, as Storm numbers its __acker tasks.
-        self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)] if self.spouts_on_workers else []
-        self.trees = PendingTrees(self.num_ackers) if self.acking and not self.spouts_on_workers else None
-        self.outbox = DriverOutbox()  # the spouts' emits for the next wave, when they run in this process
+        self.acker_task_ids = [last_task + 1 + a for a in range(self.num_ackers)]
+        self._acks_due = False  # this step released held acks, or an acker task waits for a wave's acks
+        self._quiet = False  # the last step moved nothing
         self._settled_seen = 0  # trees acked or failed on the spouts' workers, as their reports said
         self._rotations_due = 0  # timeout rotations for the spouts' workers to apply, with the next wave
         self._wanted_active = True
@@ -133,22 +128,21 @@ class TopologyRun:
         self.state_checkpoints = self._state_checkpoints()
         # Restored before any worker starts: a checkpoint that cannot be used stops the submit, holding no core.
         restored = self.state_checkpoints.restore() if self.state_checkpoints is not None else {}
-        shipped = list(topology.components) if self.spouts_on_workers else list(topology.bolts)
+        shipped = list(topology.bolts) if spouts_here else list(topology.components)
         self._broadcast = ship_topology(sc, topology, self.conf, shipped)
+        here = shipped_here(topology, self.conf) if spouts_here else None
         where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
-        snapshot_root = os.fspath(where) if self.spouts_on_workers and where is not None else None
-        # With the spouts on the workers, stateful tasks write their own checkpoint parts; the driver commits them.
-        workers_write = self.spouts_on_workers and self.state_checkpoints is not None
+        snapshot_root = os.fspath(where) if where is not None else None
+        # Stateful tasks write their own checkpoint parts; the driver commits them.
         settings = RunSettings(
             self.run_id,
             self._seed,
             self.acking,
             capture,
             self.num_ackers,
-            self.spouts_on_workers,
             snapshot_root,
-            self.state_checkpoints.provider.spec() if workers_write else None,
-            self.spouts_on_workers and not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
+            self.state_checkpoints.provider.spec() if self.state_checkpoints is not None else None,
+            not self.conf[cfg.TOPOLOGY_DISABLE_LOADAWARE_MESSAGING],
         )
         pending = self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING]
         self.snapshot_timer = SnapshotTimer(
@@ -171,38 +165,14 @@ class TopologyRun:
             keys=self.keys,
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
             max_proving=self.conf[cfg.SQUALL_LINKS_MAX_CONNECTIONS],
-        )
-        self.spout_host = SpoutHost(
-            topology,
-            self.conf,
-            self.stats,
-            self.trees,
-            clock,
-            self.conf[cfg.TOPOLOGY_MAX_SPOUT_PENDING],
-            self.captured if capture else None,
-            tasks=[] if self.spouts_on_workers else None,
-            outbox=self.outbox,
+            here=here,
         )
         self.scheduler.on_setup_error = self.stats.setup_failed
 
     @property
-    def spouts(self):
-        """The spout tasks in this process (none when they run on the workers)."""
-        return self.spout_host.tasks
-
-    @property
-    def ledger(self):
-        return self.trees.ledger if self.trees is not None else None
-
-    @property
-    def pending(self):
-        """Pending trees in this process (``len``, and ``get(root)``: its spout task, message id and emit time)."""
-        return self.trees if self.trees is not None else {}
-
-    @property
     def pending_count(self) -> int:
-        """Trees pending, wherever their spout tasks run."""
-        return self.stats.pending if self.spouts_on_workers else len(self.pending)
+        """Trees pending, as the spout tasks' last reports said."""
+        return self.stats.pending
 
     @property
     def wanted_active(self) -> bool:
@@ -213,7 +183,6 @@ class TopologyRun:
         """Storm's ``activate``/``deactivate``: start or stop asking the spouts for tuples. Each spout task is
         told on the thread that makes its calls, before its next one."""
         self._wanted_active = active
-        self.spout_host.set_active(active)
 
     def _state_checkpoints(self) -> StateCheckpoints | None:
         stateful = [c for c, spec in self.topology.bolts.items() if isinstance(spec.obj, StatefulBolt)]
@@ -233,7 +202,7 @@ class TopologyRun:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from exc
         interval = self.conf[cfg.TOPOLOGY_STATE_CHECKPOINT_INTERVAL_MS] / 1000.0
-        return StateCheckpoints(self.topology, stateful, provider, interval, self.clock.now(), self.spouts_on_workers)
+        return StateCheckpoints(self.topology, stateful, provider, interval, self.clock.now())
 
     # -- timers --------------------------------------------------------------
     def _tick_schedule(self) -> dict[str, list[float]]:
@@ -255,10 +224,7 @@ class TopologyRun:
 
     def _fire_timers(self, now: float) -> None:
         while self.timeouts and self.acking and now >= self.next_rotation:
-            if self.trees is not None:
-                self.spout_host.settle(self.trees.rotate())
-            else:  # the ackers and spout tasks are on the workers: they rotate with the next wave
-                self._rotations_due += 1
+            self._rotations_due += 1  # the acker tasks rotate with the next wave
             self.next_rotation += self.timeout
         for bolt, schedule in self._ticks.items():
             freq, due = schedule
@@ -290,35 +256,14 @@ class TopologyRun:
                 raise
 
     def _step(self, now: float) -> WaveInfo:
-        if self.spouts_on_workers:
-            return self._step_on_workers(now)
-        self._fire_timers(now)
-        completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
-        calls = self.sizer.calls_per_spout_task()
-        emits = self.spout_host.call(calls)
-        inputs, ticks = self.spout_host.take_wave(), self._take_ticks()
-        delivered = sum(len(b.values) for batches in inputs.values() for b in batches) + sum(t.count for t in ticks)
-        checkpoint = self.state_checkpoints.due(now) if self.state_checkpoints is not None else None
-        if delivered or checkpoint is not None:
-            simulated = self.clock.now() if self.clock.simulated else None
-            self.wave = self.scheduler.send(inputs, simulated, checkpoint, ticks=ticks)
-            self.sizer.sized(self.wave, calls)
-            self.sizer.sent(self.wave, emits)
-        # With a wave just sent, wait only for room; with nothing to send, wait for every wave in flight.
-        completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1 if delivered else 0))
-        self.stats.pending = len(self.pending)
-        self.stats.restarts = self.scheduler.recoveries
-        self._note_idle(bool(emits) or not self.spout_host.wanted_active)  # paused is not idle
-        for repeated in self.spout_host.repeated.values():  # the spouts here: their runs of one error
-            self._repeated = self._repeated or repeated
-        self._stop_if_repeated()
-        return WaveInfo(emits, delivered, completed)
-
-    def _step_on_workers(self, now: float) -> WaveInfo:
-        """A wave whose spout calls happen on the workers: every step sends one, as each may bring emits."""
+        """Every step sends a wave, as each may bring emits."""
         self._fire_timers(now)
         before, settled_before = self.stats.spout_emits_seen, self._settled_seen
-        completed = self._apply(self.scheduler.poll(wait_for=self.max_inflight))
+        self._acks_due = False
+        # After a step in which nothing moved, this one runs its wave alone: every wave before it has completed,
+        # so it carries their Commit, and its spout tasks' report says whether every ack they led to is applied.
+        quiet = self._quiet
+        completed = self._apply(self.scheduler.poll(wait_for=0 if quiet else self.max_inflight))
         self._abandon_dropped_checkpoints()
         ticks_due = self._take_ticks()
         ticks = sum(due.count for due in ticks_due)
@@ -333,19 +278,23 @@ class TopologyRun:
         self.sizer.sized(self.wave, calls)
         if snapshot:
             self.snapshot_timer.sent(now, self.wave)
-        completed += self._apply(self.scheduler.poll(wait_for=self.max_inflight - 1))
+        completed += self._apply(self.scheduler.poll(wait_for=0 if quiet else self.max_inflight - 1))
         for statuses in self.scheduler.take_stopped_spouts():
             self._apply_spout_statuses(statuses)
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
         self._note_idle(bool(emits) or not self._wanted_active)
         self._stop_if_repeated()
-        # Idle when the waves that completed brought no emit and settled no tree, and no tick went out: the caller
-        # may pause before the next one (spouts held back by topology.max.spout.pending wait for acks).
-        moved = emits or ticks or self._settled_seen != settled_before
+        # Idle when the waves that completed brought no emit and settled no tree, no tick went out, and no acks are
+        # on their way to be applied: the caller may pause before the next one (spouts held back by
+        # topology.max.spout.pending wait for acks).
+        moved = emits or ticks or self._settled_seen != settled_before or self._acks_due
+        self._quiet = not moved
         if not moved:  # the caller may pause: the acks of the waves just completed are applied meanwhile
             self.scheduler.flush_commit()
-        return WaveInfo(emits, emits + ticks, completed if moved else 0)
+        # Idle only when this wave, alone in flight, completed and moved nothing (a restart drops a wave).
+        confirmed = quiet and completed > 0
+        return WaveInfo(emits, emits + ticks, completed if moved else 0, confirming=not moved and not confirmed)
 
     def _abandon_dropped_checkpoints(self) -> None:
         """A checkpoint whose wave a worker loss dropped will not complete: the next one is due at once."""
@@ -406,9 +355,8 @@ class TopologyRun:
         for wave in waves:
             self.stats.waves += 1
             self.stats.wave_seconds += wave.seconds
-            if self.spouts_on_workers:
-                self.sizer.sent(wave.wave, wave.spout_emits)
-                self._apply_spouts(wave)
+            self.sizer.sent(wave.wave, wave.spout_emits)
+            self._apply_spouts(wave)
             self.sizer.completed(wave.wave, wave.seconds, wave.inbox_peak_bytes)
             self.stats.inbox_peak_bytes = wave.inbox_peak_bytes
             self._space_snapshots(wave)
@@ -430,24 +378,18 @@ class TopologyRun:
                     self._repeated = status.repeated
             for (component, _task), values in sorted(wave.captured.items()):
                 self.captured[component].extend(values)
-            if self.trees is not None and len(wave.acks):
-                self.spout_host.settle(self.trees.merge_acks(wave.acks))
             if self.state_checkpoints is not None:
                 started = time.perf_counter()
                 released = self.state_checkpoints.completed(
                     wave.checkpoint,
-                    wave.state_deltas,
-                    wave.held_acks,
-                    self.scheduler.states,
                     wave.holds_acks,
                     wave.state_parts,
                     any(s.executed for (_, t), s in wave.status.items() if t in self.state_checkpoints.tasks),
                 )
-                self.stats.state_seconds += time.perf_counter() - started + wave.state_apply_seconds
-                if released is not None and self.spouts_on_workers:
-                    self.scheduler.release(wave.wave)  # the ackers on the workers apply the acks it held
-                elif released is not None and self.trees is not None and len(released):
-                    self.spout_host.settle(self.trees.merge_acks(released))
+                self.stats.state_seconds += time.perf_counter() - started
+                if released:
+                    self.scheduler.release(wave.wave)  # the acker tasks apply the acks it held
+                    self._acks_due = True
         return len(waves)
 
     def _space_snapshots(self, wave: CompletedWave) -> None:
@@ -462,6 +404,7 @@ class TopologyRun:
     def _apply_spouts(self, wave: CompletedWave) -> None:
         """The spout tasks' counters, errors and complete latencies of a wave, from their workers."""
         self.stats.pending = wave.pending
+        self._acks_due = self._acks_due or wave.acks_behind  # the next waves' reports say what they settled
         self.stats.spout_emits_seen += wave.spout_emits
         self.snapshot_timer.emitted(wave.wave, {task: status.emitted for task, (_, status) in wave.spouts.items()})
         self._apply_spout_statuses(wave.spouts)
@@ -489,36 +432,16 @@ class TopologyRun:
             if status.repeated is not None and self._repeated is None:
                 self._repeated = status.repeated
 
-    def fail_pending(self) -> int:
-        """Fail every pending tree in this process back to its spout (``fail(msg_id)``), as a topology stopping
-        cleanly does with what did not finish in time; returns how many. Spout tasks on the workers fail theirs
-        as the run closes (``finish``)."""
-        if self.trees is None:
-            return 0
-        settlement = self.trees.fail_all()
-        self.spout_host.settle(settlement)
-        self.stats.pending = len(self.pending)
-        return len(settlement)
-
     def interrupt(self) -> None:
         """From any thread: a step blocked waiting for workers returns at once, and so will every later one."""
         self.scheduler.interrupt()
 
     def finish(self, fail_pending: bool) -> None:
-        """On the run's own thread, as it stops: fail what is still pending back to the spouts (when asked, and
-        the run did not fail), then ``close`` the spouts."""
-        self._fail_back = fail_pending and self.failure is None  # for the spout tasks on the workers
-        try:
-            self.spout_host.apply_activation()  # a kill with a wait deactivated the spouts
-            if fail_pending and self.failure is None:
-                failed = self.fail_pending()
-                if failed:
-                    log.info("topology %s: %d tree(s) still pending at the kill failed back", self.name, failed)
-        finally:
-            self.spout_host.close()
+        """On the run's own thread, as it stops: whether the spout tasks fail what is still pending back to their
+        spouts as they close (when asked, and the run did not fail)."""
+        self._fail_back = fail_pending and self.failure is None
 
     def close(self) -> None:
-        self.spout_host.close()  # if finish() did not
         self.scheduler.close(fail_pending=self._fail_back, active=self._wanted_active)
         self._apply_spout_statuses(self.scheduler.final_spouts)
         self._broadcast.destroy()

@@ -130,7 +130,6 @@ class RunSettings:
     acking: bool
     capture: bool
     num_ackers: int = 0  # topology.acker.executors
-    spouts_on_workers: bool = False  # else the driver's process runs the spouts (TestCluster)
     snapshot_root: str | None = None  # where the workers write snapshots and spout logs, when spouts run there
     state_store: Any = None  # squall.state.providers.StateStoreSpec: stateful tasks write their checkpoint parts
     load_aware: bool = False  # shuffle groupings weigh the workers' loads (``load.py``)
@@ -421,6 +420,8 @@ class SpoutReport:
     pending: int  # trees of the spout tasks here still pending
     emits: int  # in this wave
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
+    captured: dict[tuple[str, int], list[tuple]] = field(default_factory=dict)  # (spout, task) -> default-stream emits
+    acks_behind: bool = False  # a committed wave's acks had not all reached the acker tasks here
 
 
 @wire

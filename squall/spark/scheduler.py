@@ -59,6 +59,7 @@ from squall.spark.protocol import (
     WorkerFailed,
     WorkerReport,
 )
+from squall.spark.shipping import ShippedTopology
 from squall.spark.snapshots import SnapshotStore
 from squall.spark.wave_book import (
     CommitDue,
@@ -69,7 +70,7 @@ from squall.spark.wave_book import (
     WaveCompleted,
     WaveSent,
 )
-from squall.spark.worker import run_worker
+from squall.spark.worker import InProcessWorker, run_worker
 from squall.spark.worker_spouts import acker_placement, spout_placement
 
 log = logging.getLogger("squall")
@@ -117,20 +118,21 @@ class CompletedWave:
     spouts: dict[int, tuple[str, SpoutStatus]] = field(default_factory=dict)  # when spouts run on the workers
     spout_emits: int = 0
     pending: int = 0  # trees pending at the spout tasks, as of this wave
+    acks_behind: bool = False  # an acker task had not yet all the acks of a wave committed before this one
     holds_acks: bool = False  # stateful tasks sent acks that wait for a checkpoint at their ackers
     ackers: dict[int, tuple[int, int]] = field(default_factory=dict)  # acker task -> (acks merged, trees settled)
     state_parts: dict[int, tuple[int, bool]] = field(default_factory=dict)  # stateful task -> part it wrote
     inbox_peak_bytes: int = 0  # the most any worker's inbox held at once while it ran
 
 
-def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, spouts_on_workers: bool = False) -> int:
-    """Workers for the run: as asked, else one per task of the widest bolt (or spout, when spouts run on the
-    workers), at most one per executor core.
+def worker_count(sc: SparkContext, topology: Topology, wanted: int | None, hosts_spouts: bool = True) -> int:
+    """Spark workers for the run: as asked, else one per task of the widest bolt (or spout, when they host the
+    spouts), at most one per executor core.
 
     Each worker holds its core while the topology runs, as a Storm topology holds its worker slots.
     """
-    components = {**topology.bolts, **(topology.spouts if spouts_on_workers else {})}
-    if not topology.bolts and not (spouts_on_workers and topology.spouts):
+    components = {**topology.bolts, **(topology.spouts if hosts_spouts else {})}
+    if not components:
         return 0
     if wanted:
         return wanted
@@ -168,9 +170,13 @@ class WaveScheduler:
         keys: RunKeys,
         handshake_timeout: float = 10.0,
         max_proving: int = 256,
+        here: ShippedTopology | None = None,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         self._shipped = shipped
+        # A worker in this process, after the Spark job's, hosting every spout and acker task (``TestCluster``).
+        self._here = here
+        self.worker_here: InProcessWorker | None = None
         self.workers = workers
         self.wanted_workers = workers  # what the run started with; after a shrink, what it grows back to
         self.replace_timeout = replace_timeout
@@ -179,7 +185,6 @@ class WaveScheduler:
         self.max_failures = max_failures
         self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
         self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
-        self.spouts_on_workers = settings.spouts_on_workers
         self.placement = self._placement(workers)
         self.balancer = LoadBalancer(workers) if settings.load_aware else None
         self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
@@ -208,7 +213,7 @@ class WaveScheduler:
         self._restored = {
             t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
         }
-        self.book = WaveBook(commits=self.spouts_on_workers)  # the waves in flight, oldest first (wave_book.py)
+        self.book = WaveBook(commits=True)  # the waves in flight, oldest first (wave_book.py)
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
         self.next_wave = 1
@@ -238,19 +243,22 @@ class WaveScheduler:
         self.on_message: Callable[[Any], None] | None = None
         self.on_generation: Callable[[int], None] | None = None
         self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval, sealer)
-        self.hub = Hub(hub_host(sc), keys.links, handshake_timeout, max_proving) if workers else None
-        if workers:
+        self.hub = Hub(hub_host(sc), keys.links, handshake_timeout, max_proving) if self.hosts else None
+        if self.hosts:
             self._launch()
 
+    @property
+    def hosts(self) -> int:
+        """The workers the run waits for: the Spark job's, and the one in this process if any (the last)."""
+        return self.workers + (self._here is not None)
+
     def _placement(self, workers: int) -> dict[int, int]:
-        """Bolt task *i* of every component on worker *i* mod ``workers``; when spouts run on the workers, the
-        acker tasks and the spout tasks too (``worker_spouts.py``)."""
-        if self.spouts_on_workers:
-            acking = self.settings.acking
-            self.acker_workers = acker_placement(self.settings.num_ackers, workers) if acking else {}
-            self.spout_workers = spout_placement(self.topology, self.acker_workers, workers)
-        else:
-            self.acker_workers, self.spout_workers = {}, {}
+        """Bolt task *i* of every component on worker *i* mod ``workers``; the acker tasks and the spout tasks on
+        the worker in this process if there is one, else spread over the workers too (``worker_spouts.py``)."""
+        acking = self.settings.acking
+        hosts = [workers] if self._here is not None else list(range(workers))
+        self.acker_workers = acker_placement(self.settings.num_ackers, hosts) if acking else {}
+        self.spout_workers = spout_placement(self.topology, self.acker_workers, hosts)
         return {t: self._task_index[t] % workers for t in self.tasks} if workers else {}
 
     def _executors(self) -> int:
@@ -264,6 +272,13 @@ class WaveScheduler:
     def _launch(self) -> None:
         self._launches += 1
         launch, hub, workers = self._launches, self.hub, self.workers
+        if self._here is not None:
+            self.worker_here = InProcessWorker(
+                self.settings.run_id, self._here, hub.address, self.keys, launch, workers, self.name
+            )
+        if not workers:
+            self._job = None
+            return
         group = f"squall-workers-{self.settings.run_id}-{launch}"
         body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, self.keys, launch)
 
@@ -287,7 +302,8 @@ class WaveScheduler:
         log.warning("topology %s: %s; running on %d worker(s) (was %d)", self.name, why, workers, self.workers)
         # Their spouts fail their pending trees back before closing: the sources replay them.
         self.hub.send([(connection, Stop(fail_pending=True)) for connection in self._connections.values()])
-        self.sc.cancelJobGroup(self._group)
+        if self._job is not None:
+            self.sc.cancelJobGroup(self._group)
         self._connections.clear()
         self.ready = False
         self.workers = workers
@@ -348,8 +364,8 @@ class WaveScheduler:
         return wave
 
     def _send_wave(self, flight: WaveInFlight) -> None:
-        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.workers)}
-        ticks: dict[int, list[TicksDue]] = {w: [] for w in range(self.workers)}
+        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.hosts)}
+        ticks: dict[int, list[TicksDue]] = {w: [] for w in range(self.hosts)}
         for task, batches in flight.batches.items():  # by where the tasks live now: a resize moves them
             for batch in batches:
                 batch.generation = self.generation
@@ -477,11 +493,13 @@ class WaveScheduler:
                 del self._connections[event.worker]
                 if not self._closing:
                     self._lost(f"worker {event.worker} disconnected")
+                    if self._here is not None and event.worker == self.workers and self.failure is None:
+                        self._here_lost()
         elif isinstance(event, JobEnded) and event.launch == self._launches and not self._closing:
             self._job_ended(event.error)
 
     def _hello(self, connection: int, hello: Hello) -> None:
-        if hello.launch != self._launches or hello.worker >= self.workers:  # of a job given up on
+        if hello.launch != self._launches or hello.worker >= self.hosts:  # of a job given up on
             self.hub.close_connection(connection)
             return
         previous = self._connections.get(hello.worker)
@@ -490,7 +508,7 @@ class WaveScheduler:
         if previous is not None:  # a retried attempt: the old connection is dead, whatever it says
             self.hub.close_connection(previous)
             self._lost(f"worker {hello.worker} started again (attempt {hello.attempt})")
-        if len(self._connections) == self.workers:
+        if len(self._connections) == self.hosts:
             self._start_generation()
 
     def _lost(self, why: str) -> None:
@@ -504,6 +522,17 @@ class WaveScheduler:
             why = self._fatal or f"{self.max_failures} worker restarts in a row with no wave completed; the last: {why}"
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {why}")
             log.error("%s", self.failure)
+
+    def _here_lost(self) -> None:
+        """The worker in this process went: it starts again, as Spark retries a lost worker's task, unless it
+        could not set up a task (the run stops, as a Spark job failing on such an error does)."""
+        if self._fatal is not None:
+            self.failure = TopologyFailed(f"topology {self.name!r} stopped: {self._fatal}")
+            log.error("%s", self.failure)
+            return
+        self.worker_here = InProcessWorker(
+            self.settings.run_id, self._here, self.hub.address, self.keys, self._launches, self.workers, self.name
+        )
 
     def buffered_bytes(self) -> tuple[int, int]:
         """Bytes held on the way: by the hub (to the workers, not yet sent), and by the workers' links (received
@@ -520,6 +549,9 @@ class WaveScheduler:
         self.ready = False
 
     def _job_ended(self, error: BaseException | None) -> None:
+        here = self._connections.get(self.workers) if self._here is not None else None
+        if here is not None:  # the worker in this process goes too: the next launch starts its own
+            self.hub.send([(here, Stop(fail_pending=True))])
         self._connections.clear()
         self._not_ready()
         if error is None:
@@ -545,10 +577,10 @@ class WaveScheduler:
         now = time.monotonic()
         if not self.ready:
             lost_for = now - self._lost_at if self._lost_at is not None else 0.0
-            if lost_for > self.replace_timeout and 0 < len(self._connections) < self.workers:
+            remaining = sum(1 for worker in self._connections if worker < self.workers)  # of the Spark job's
+            if lost_for > self.replace_timeout and 0 < remaining < self.workers:
                 self._relaunch(
-                    len(self._connections),
-                    f"{self.workers - len(self._connections)} worker(s) not replaced within {self.replace_timeout}s",
+                    remaining, f"{self.workers - remaining} worker(s) not replaced within {self.replace_timeout}s"
                 )
             self._check_ready()
         elif len(self.book) and now - self._stall_warned_at > STALL_WARNING_SECS:
@@ -584,7 +616,7 @@ class WaveScheduler:
                 "topology %s: %d of %d workers connected after %.0fs; a worker needs a free executor core",
                 self.name,
                 len(self._connections),
-                self.workers,
+                self.hosts,
                 time.monotonic() - self._waiting_since,
             )
             self._waiting_since = time.monotonic()
@@ -594,7 +626,7 @@ class WaveScheduler:
         go out again."""
         self.generation += 1
         self.tasks_up = False  # until a wave of this generation completes
-        self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.workers)}
+        self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.hosts)}
         messages = [
             (
                 connection,
@@ -620,23 +652,18 @@ class WaveScheduler:
         self._lost_at = None
         if self.on_generation is not None:
             self.on_generation(self.generation)
-        if self.spouts_on_workers:
-            # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
-            # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
-            self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
-            self.book.handle(self._generation_started(keep_in_flight=False))
-            self.snapshot_in_flight = None
-            for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
-                flight = replace(self.wave_inputs[wave], sent_at=time.monotonic())
-                self.book.handle(WaveSent(wave, flight, replay=True))
-                self._send_wave(flight)
-            for wave in [w for w in self.wave_inputs if w > self.applied]:
-                del self.wave_inputs[wave]
-            self.next_wave = self.applied + 1
-            return
-        self.book.handle(self._generation_started(keep_in_flight=True))
-        for flight in self.book.flights():
+        # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
+        # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
+        self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
+        self.book.handle(self._generation_started(keep_in_flight=False))
+        self.snapshot_in_flight = None
+        for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
+            flight = replace(self.wave_inputs[wave], sent_at=time.monotonic())
+            self.book.handle(WaveSent(wave, flight, replay=True))
             self._send_wave(flight)
+        for wave in [w for w in self.wave_inputs if w > self.applied]:
+            del self.wave_inputs[wave]
+        self.next_wave = self.applied + 1
 
     def _generation_started(self, keep_in_flight: bool) -> GenerationStarted:
         spout_workers = frozenset(self.spout_workers.values())
@@ -667,7 +694,7 @@ class WaveScheduler:
     def release(self, wave: int) -> None:
         """A checkpoint holding the stateful tasks' state as of ``wave`` is complete: the acks they sent up to it
         may be applied."""
-        if self.hub is not None and self.spouts_on_workers:
+        if self.hub is not None:
             self.hub.send([(c, Release(self.generation, wave)) for c in self._connections.values()])
 
     def _complete(self, completed: WaveCompleted) -> CompletedWave:
@@ -706,6 +733,7 @@ class WaveScheduler:
         for spout_report in completed.spout_reports.values():
             spouts.update(spout_report.spouts)
             ackers.update(spout_report.ackers)
+            captured.update(spout_report.captured)
         # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
         if self.store is not None:
             if flight.snapshot:
@@ -731,6 +759,7 @@ class WaveScheduler:
             spouts,
             sum(r.emits for r in completed.spout_reports.values()),
             sum(r.pending for r in completed.spout_reports.values()),
+            any(r.acks_behind for r in completed.spout_reports.values()),
             holds_acks,
             ackers,
             parts,
@@ -810,6 +839,9 @@ class WaveScheduler:
             if self._job.is_alive():
                 self.sc.cancelJobGroup(self._group)
                 self._read_until_the_job_ends(timeout)
+        deadline = time.monotonic() + timeout
+        while self.worker_here is not None and self.worker_here.alive and time.monotonic() < deadline:
+            self._take_final_report(self.hub.next_event(0.05))
         # What the workers sent before the job ended: read until each closed its connection, or for a moment.
         deadline = time.monotonic() + FINAL_REPORTS_SECS
         while self.hub.connections and time.monotonic() < deadline:

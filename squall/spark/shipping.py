@@ -13,6 +13,7 @@ a worker is named in the error (``failures.TaskSetupError``) and stops the topol
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import pickle
@@ -76,6 +77,9 @@ class ShippedTopology:
     topology: Topology  # component objects stripped; they travel in ``components``
     conf: dict[str, Any]
     components: dict[str, bytes]
+    # For a worker in the declaring process (``TestCluster``'s spouts): the declared objects themselves, which
+    # each task copies, so that a spout's copies share what the test's own object shares (a ``FeederSpout``).
+    objects: dict[str, Any] | None = None
 
 
 def pickle_component(component: str, obj: Any) -> bytes:
@@ -145,6 +149,19 @@ def ship_topology(
     return sc.broadcast(pack(ShippedTopology(stripped, conf, blobs)))
 
 
+def shipped_here(topology: Topology, conf: dict, objects: dict[str, Any] | None = None) -> ShippedTopology:
+    """What a worker in this process (``TestCluster``'s) is given: the graph, and the declared spout objects
+    themselves (``objects`` in place of some), which each task copies rather than unpickles."""
+    objects = {**{cid: spec.obj for cid, spec in topology.spouts.items()}, **(objects or {})}
+    for cid, obj in objects.items():  # each task copies its own: one that cannot be copied is refused now
+        try:
+            copy.deepcopy(obj)
+        except Exception as exc:
+            raise SquallError(unshippable_message(cid, obj, exc)) from exc
+    conf = {key: value for key, value in conf.items() if key != SQUALL_CHECKPOINT_KEY}
+    return ShippedTopology(topology.with_objects(dict.fromkeys(topology.components)), conf, {}, objects)
+
+
 _RUNS: dict[str, ShippedTopology] = {}  # per Python worker: run id -> what was shipped
 KEEP_RUNS = 4  # a reused Python worker keeps the latest runs' topologies, not every run's
 
@@ -171,6 +188,11 @@ def shipped_runs() -> set[str]:
 
 def new_component(shipped: ShippedTopology, component: str, task: int) -> Any:
     """A fresh instance of ``component`` for ``task``, or ``TaskSetupError`` naming it."""
+    if shipped.objects is not None and component in shipped.objects:
+        try:
+            return copy.deepcopy(shipped.objects[component])
+        except Exception as exc:
+            raise TaskSetupError(component, task, "cannot be copied for its task", exc) from exc
     try:
         return pickle.loads(shipped.components[component])
     except Exception as exc:

@@ -24,11 +24,11 @@ import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
-from squall.model.errors import SquallError, TopologyFailed
+from squall.model.errors import SquallError
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
-from squall.spark.failures import ErrorStreak
+from squall.spark.failures import ErrorStreak, TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
@@ -191,7 +191,7 @@ class SpoutHost:
         trees: PendingTrees | None,
         clock: Clock,
         max_pending: int | None,
-        captured: dict[str, list[tuple]] | None,
+        captured: dict[tuple[str, int], list[tuple]] | None,
         tasks: list[int] | None = None,
         make_spout: Callable[[Topology, str, int], Any] = copy_spout,
         outbox: DriverOutbox | None = None,
@@ -238,7 +238,7 @@ class SpoutHost:
             for target in targets:
                 batch_for(target, component, task).add(stream, values)
         if self._captured is not None and stream == DEFAULT_STREAM:
-            self._captured[component].append(values)
+            self._captured.setdefault((component, task), []).append(values)
         return targets
 
     def emit_many(
@@ -276,11 +276,19 @@ class SpoutHost:
             for target, values, root in zip(targets, rows, roots, strict=True):
                 by_target[target].add(stream, values, root)
         if self._captured is not None and stream == DEFAULT_STREAM:
-            self._captured[component].extend(rows)
+            self._captured.setdefault((component, task), []).extend(rows)
+
+    def take_captured(self) -> dict[tuple[str, int], list[tuple]]:
+        """The default-stream emits captured since the last call, per spout task (when testing asks for them)."""
+        if not self._captured:
+            return {}
+        captured, self._captured = self._captured, {}
+        return captured
 
     def open(self) -> None:
-        """``open`` on every spout task, once, on the calling thread: the run's own, which makes every later
-        call (Storm runs a spout task's methods on one thread). What ``open`` raises stops the run."""
+        """``open`` on every spout task, once, on the calling thread: the worker's serving thread, which makes
+        every later call (Storm runs a spout task's methods on one thread). What ``open`` raises stops the run
+        (``TaskSetupError``, naming the spout and its task)."""
         if self.opened:
             return
         self.opened = True
@@ -289,7 +297,7 @@ class SpoutHost:
                 s.spout.open(s.conf, s.context, s.collector)
             except Exception as exc:
                 self.error(s.component, s.task, "open() raised", exc, uncaught=False)  # a setup error, not a streak
-                raise TopologyFailed(f"spout {s.component!r} task {s.task}: open() raised {exc!r}") from exc
+                raise TaskSetupError(s.component, s.task, "open() raised", exc) from exc
 
     def call(self, emits_per_task: int) -> int:
         """``next_tuple`` on each spout task until it has emitted ``emits_per_task`` tuples, reached its pending

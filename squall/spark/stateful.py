@@ -4,16 +4,12 @@ Every ``topology.state.checkpoint.interval.ms`` (on the run's clock) the next
 wave carries a checkpoint id; a wave is sent for it even with no tuples. Each
 stateful task calls its bolt's ``pre_commit(id)`` at the end of that wave.
 
-* Under ``LocalCluster`` and ``squall run`` (spouts on the workers) each task
-  then writes its own part of the checkpoint through the state provider, where
-  it runs: what its state changed since its last part, or all of it after a
-  restart and every ``COMPACT_EVERY`` checkpoints. It reports only that it
-  did. When the wave completes with every task's part written, the driver
-  commits the checkpoint: a marker naming the parts (a file), or one script
-  that the server runs (Redis). The state itself never reaches the driver.
-* Under ``TestCluster`` each task reports what its state changed after every
-  wave, and the driver writes the checkpoint (it holds every task's state, to
-  restart a task from the last completed wave).
+Each task then writes its own part of the checkpoint through the state
+provider, where it runs: what its state changed since its last part, or all of
+it after a restart and every ``COMPACT_EVERY`` checkpoints. It reports only that
+it did. When the wave completes with every task's part written, the driver
+commits the checkpoint: a marker naming the parts (a file), or one script that
+the server runs (Redis). The state itself never reaches the driver.
 
 The acks of stateful tasks are held until the checkpoint that holds their
 state changes is complete, as Storm's stateful bolts hold theirs until the
@@ -29,16 +25,13 @@ the restart fails with an error that says why.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from typing import Any
 
 from squall.model.errors import SquallError
 from squall.model.groupings import FieldsGrouping
 from squall.model.hashing import stable_hash
-from squall.model.state import StateDelta
 from squall.model.topology import Topology
-from squall.spark.protocol import AckBatch
-from squall.state.providers import COMPACT_EVERY, FileStateProvider, RedisStateProvider, Restored
+from squall.state.providers import FileStateProvider, RedisStateProvider, Restored
 
 log = logging.getLogger("squall")
 
@@ -51,7 +44,6 @@ class StateCheckpoints:
         provider: FileStateProvider | RedisStateProvider,
         interval: float,
         now: float,
-        workers_write: bool = False,
     ) -> None:
         self.topology = topology
         self.provider = provider
@@ -62,12 +54,9 @@ class StateCheckpoints:
         self.checkpoint = 0  # the last one complete
         self.in_flight: int | None = None  # a checkpoint whose wave is running
         self._issued = 0  # the last checkpoint id a wave carried
-        self._changes: dict[int, StateDelta] = defaultdict(StateDelta)  # task -> its changes since the last one
-        self._held: list[AckBatch] = []  # stateful tasks' acks since the last checkpoint
-        self._held_elsewhere = False  # stateful tasks sent acks that their ackers on the workers hold
-        self.workers_write = workers_write  # the tasks write their parts of each checkpoint; the driver commits them
+        self._held = False  # stateful tasks sent acks that their acker tasks hold for a checkpoint
         self._parts: list[tuple[int, int, bool]] = []  # (checkpoint, task, whole) written since the last commit
-        self._executed = False  # stateful tasks executed anything since the last checkpoint (when workers write)
+        self._executed = False  # stateful tasks executed anything since the last checkpoint
 
     # -- start ------------------------------------------------------------------------
     def restore(self) -> dict[int, dict[Any, Any]]:
@@ -128,7 +117,7 @@ class StateCheckpoints:
     @property
     def waiting(self) -> bool:
         """State changes or acks wait for the next checkpoint."""
-        return bool(self._changes) or self._executed or self._held_elsewhere or any(len(acks) for acks in self._held)
+        return self._executed or self._held
 
     def due(self, now: float) -> int | None:
         """The id of a checkpoint the next wave should carry, if one is due."""
@@ -148,60 +137,29 @@ class StateCheckpoints:
             self.next_due = min(self.next_due, 0.0)
 
     def completed(
-        self,
-        checkpoint: int | None,
-        deltas: dict[int, StateDelta],
-        held: AckBatch,
-        states: dict[int, tuple[int, dict]],
-        held_elsewhere: bool = False,
-        parts: dict[int, tuple[int, bool]] | None = None,
-        executed: bool = False,
-    ) -> AckBatch | None:
-        """A wave completed; when it carried a checkpoint, write it (or, when the workers write, commit their
-        ``parts``) and return the acks it released (when the ackers are on the workers, ``held_elsewhere`` says
-        they hold some, and the caller releases them there)."""
-        self._held_elsewhere = self._held_elsewhere or held_elsewhere
-        if self.workers_write:
-            return self._commit_parts(checkpoint, parts or {}, executed)
-        for task, delta in deltas.items():
-            self._changes[task].absorb(delta)
-        if len(held):
-            self._held.append(held)
-        if checkpoint is None:
-            return None
-        self.in_flight = None
-        try:
-            self.provider.save(checkpoint, self.layout, dict(self._changes))
-        except Exception:  # the store is away: the changes and the acks wait for the next checkpoint
-            log.exception("checkpoint %d could not be written to %s; trying again", checkpoint, self.provider.directory)
-            return None
-        if checkpoint % COMPACT_EVERY == 0 and isinstance(self.provider, FileStateProvider):
-            self.provider.compact(checkpoint, self.layout, {t: states.get(t, (0, {}))[1] for t in self.tasks})
-        self.checkpoint = checkpoint
-        self._changes.clear()
-        self._held_elsewhere = False
-        released, self._held = AckBatch.combine(self._held), []
-        return released
-
-    def _commit_parts(
-        self, checkpoint: int | None, parts: dict[int, tuple[int, bool]], executed: bool
-    ) -> AckBatch | None:
+        self, checkpoint: int | None, holds_acks: bool, parts: dict[int, tuple[int, bool]], executed: bool
+    ) -> bool:
+        """A wave completed: ``holds_acks`` says whether its stateful tasks sent acks that wait for a checkpoint,
+        ``parts`` which checkpoint part each stateful task wrote, ``executed`` whether any executed a tuple. When
+        it carried a checkpoint whose parts are all written, commit it, and return True: the acks held up to it
+        may be applied (the caller tells the acker tasks)."""
+        self._held = self._held or holds_acks
         self._executed = self._executed or executed
         self._parts.extend((number, task, whole) for task, (number, whole) in sorted(parts.items()))
         if checkpoint is None:
-            return None
+            return False
         self.in_flight = None
         missing = sorted(self.tasks - {task for number, task, _ in self._parts if number == checkpoint})
         if missing:  # a task could not write: its changes, and every task's acks, wait for the next checkpoint
             log.warning("checkpoint %d: tasks %s wrote no part of it; trying again at the next", checkpoint, missing)
-            return None
+            return False
         try:
             self.provider.commit(checkpoint, self.layout, sorted(self._parts))
         except Exception:
             log.exception(
                 "checkpoint %d could not be committed in %s; trying again", checkpoint, self.provider.directory
             )
-            return None
+            return False
         self.checkpoint = checkpoint
-        self._parts, self._executed, self._held_elsewhere = [], False, False
-        return AckBatch.empty()  # released: the ackers on the workers hold the acks, and the caller tells them
+        self._parts, self._executed, self._held = [], False, False
+        return True

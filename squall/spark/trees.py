@@ -68,10 +68,13 @@ class Settlement:
 class _Page:
     """The entries of the trees one ``merge_inits`` recorded: sequence numbers ``first`` to ``first + len - 1``."""
 
-    __slots__ = ("alive", "emitted_at", "first", "live", "msg_ids", "stamps", "tasks")
+    __slots__ = ("alive", "emitted_at", "first", "live", "msg_ids", "stamps", "tasks", "wave")
 
-    def __init__(self, first: int, tasks: list[int], msg_ids: list[Any], emitted_at: list[float], epoch: int) -> None:
+    def __init__(
+        self, first: int, tasks: list[int], msg_ids: list[Any], emitted_at: list[float], epoch: int, wave: int
+    ) -> None:
         self.first = first
+        self.wave = wave  # the wave the trees' spout tuples went out in
         self.tasks = np.array(tasks, dtype=np.int64)
         self.msg_ids = msg_ids
         self.emitted_at = np.array(emitted_at, dtype=np.float64)
@@ -119,6 +122,7 @@ class PendingTrees:
         self._firsts = np.empty(0, dtype=np.int64)  # the pages' first sequence numbers, for lookups
         self._epoch = 0
         self._live = 0
+        self.wave = 0  # the wave the trees started now go out in (set by the spout tasks' host)
         # Trees started since the last merge_inits, as columns.
         self._sequence = 1
         self._first_new = 1
@@ -197,7 +201,7 @@ class PendingTrees:
         if not self._tasks:
             return Settlement()
         first, count = self._first_new, len(self._tasks)
-        page = _Page(first, self._tasks, self._msg_ids, self._times, self._epoch)
+        page = _Page(first, self._tasks, self._msg_ids, self._times, self._epoch, self.wave)
         self._pages[first] = page
         self._firsts = np.append(self._firsts, first)
         self._live += count
@@ -244,6 +248,19 @@ class PendingTrees:
         for page in list(self._pages.values()):
             self._count_out(page.take(np.flatnonzero(page.alive), settlement.failed))
         self._drop_finished_pages()
+        return settlement
+
+    def fail_emitted_after(self, wave: int) -> Settlement:
+        """The trees whose spout tuples went out after ``wave``, failed: the workers restart as of ``wave``, and
+        the waves after it, dropped, will not ack them. Earlier trees stay pending: the restarted tasks' state
+        still holds what their tuples did, and their acks still come (or they time out)."""
+        settlement = Settlement()
+        for page in [page for page in self._pages.values() if page.wave > wave]:
+            offsets = np.flatnonzero(page.alive)
+            if len(offsets):
+                failing = self._roots_of(page.first + offsets)
+                none = np.zeros(len(failing), np.uint64)
+                self._settle(self.ledger.merge(failing, none, failed=np.ones(len(failing), bool)), settlement)
         return settlement
 
     def _settle(self, outcome: Outcome, settlement: Settlement) -> None:

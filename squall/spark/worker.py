@@ -26,11 +26,13 @@ import gc
 import logging
 import os
 import socket
+import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pyspark import TaskContext, cloudpickle
@@ -44,7 +46,7 @@ from squall.model.config import (
 from squall.model.state import StateDelta, dump_delta
 from squall.security.keys import RunKeys
 from squall.security.sealing import BlobSealer
-from squall.spark.bolt_task import LIVE, BoltTask, forget_other_runs, keep_live, start_task
+from squall.spark.bolt_task import LIVE, UNSAVED, BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
 from squall.spark.links import Inbox, PeerLinks, PeerListener
@@ -265,8 +267,7 @@ class Worker:
             self._release_ahead()
             return
         mine = frozenset(message.tasks)
-        if settings.spouts_on_workers:
-            self._assign_spouts(message, settings)
+        self._assign_spouts(message, settings)
         for task_id in message.tasks:
             snapshot = message.snapshots.get(task_id)
             if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
@@ -274,11 +275,7 @@ class Worker:
             task = start_task(self.shipped, task_id, settings, snapshot, mine, self._load_weights(settings))
             task.whole_part_due = True  # its first checkpoint part since a (re)start holds all of its state
             component = self.topology.component_of(task_id)
-            upstream = [
-                source
-                for source in self.topology.sources_of(component)
-                if source in self.topology.bolts or settings.spouts_on_workers
-            ]
+            upstream = self.topology.sources_of(component)
             producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
             readers = self.topology.reader_tasks(component)
             self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
@@ -462,7 +459,7 @@ class Worker:
         if task.state is not None and task.state.changed and self.state_provider is None:
             delta = task.snapshot(wave)
         if executed:
-            task.dirty, task.version = True, None
+            task.dirty, task.version = True, UNSAVED
         if wave not in self.snapshot_waves or not task.dirty:
             return delta, None
         started = time.perf_counter()
@@ -543,7 +540,13 @@ def run_worker(
 
 
 def _run_worker(
-    run_id: str, shipped: ShippedTopology, address: tuple[str, int], keys: RunKeys, launch: int, index: int
+    run_id: str,
+    shipped: ShippedTopology,
+    address: tuple[str, int],
+    keys: RunKeys,
+    launch: int,
+    index: int,
+    started: Callable[[Worker], None] | None = None,
 ) -> list:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
@@ -563,6 +566,8 @@ def _run_worker(
         listener.close()
         channel.close()
         raise
+    if started is not None:
+        started(worker)
     try:
         channel.send(Hello(index, attempt, os.getpid(), socket.gethostname(), launch, listener.address))
         try:
@@ -578,3 +583,40 @@ def _run_worker(
         links.close()
         channel.close()
     return [index]
+
+
+class InProcessWorker:
+    """Worker ``index`` on a thread of the driver's own process: ``TestCluster``'s, hosting every spout and acker
+    task, so that a test's spouts are the copies of its own objects, as in Storm's one-JVM tests. It connects to
+    the hub and to its peers as a worker on Spark does, and takes the same messages; ``shipped`` carries the
+    declared objects rather than their pickles."""
+
+    def __init__(
+        self,
+        run_id: str,
+        shipped: ShippedTopology,
+        address: tuple[str, int],
+        keys: RunKeys,
+        launch: int,
+        index: int,
+        name: str,
+    ) -> None:
+        self.worker: Worker | None = None  # once it is set up
+        self.error: BaseException | None = None
+        body = partial(_run_worker, run_id, shipped, address, keys, launch, index, self._started)
+        self._thread = threading.Thread(target=self._run, args=(body,), name=f"squall-spouts-{name}", daemon=True)
+        self._thread.start()
+
+    def _started(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def _run(self, body: Callable[[], list]) -> None:
+        try:
+            body()
+        except BaseException as exc:  # the hub hears of it as a lost worker
+            self.error = exc
+            log.error("the worker in the driver's process stopped", exc_info=exc)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()

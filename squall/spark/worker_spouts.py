@@ -1,10 +1,11 @@
 """A worker's spout tasks and acker tasks, as Storm's spout executors and ``__acker`` tasks run in its workers.
 
-``LocalCluster`` and ``squall run`` put them here; ``TestCluster`` keeps its spouts in the test's process.
-
-Spout task *i* of a component lives on the *i*-th worker (mod their number) of those hosting an acker task;
-acker task *a* lives on worker *a* mod the workers. Every call a spout task gets (``open``, ``activate``,
-``deactivate``, ``next_tuple``, ``ack``, ``fail``, ``close``) is made on the worker's one serving thread.
+Under ``LocalCluster`` and ``squall run`` they are spread over the Spark job's workers: spout task *i* of a
+component lives on the *i*-th worker (mod their number) of those hosting an acker task, and acker task *a* on
+worker *a* mod the workers. ``TestCluster`` puts them all on one more worker, in the test's own process
+(``worker.InProcessWorker``), which takes the same messages over the same kind of connection. Every call a
+spout task gets (``open``, ``activate``, ``deactivate``, ``next_tuple``, ``ack``, ``fail``, ``close``) is made
+on the worker's one serving thread.
 
 Each wave, when its ``WaveInput`` arrives:
 
@@ -32,10 +33,8 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Callable
 
-from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology
 from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
-from squall.spark.failures import TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
     AckBatch,
@@ -65,18 +64,18 @@ class TopologyTime:
         return now()
 
 
-def spout_placement(topology: Topology, acker_workers: dict[int, int], workers: int) -> dict[int, int]:
-    """Spout task *i* of each component on the *i*-th worker hosting an acker task (every worker when acking
-    is off), mod their number."""
-    hosts = sorted(set(acker_workers.values())) or list(range(workers))
+def spout_placement(topology: Topology, acker_workers: dict[int, int], hosts: list[int]) -> dict[int, int]:
+    """Spout task *i* of each component on the *i*-th of the ``hosts`` hosting an acker task (all of them when
+    acking is off), mod their number."""
+    hosts = sorted(set(acker_workers.values())) or hosts
     return {
         task: hosts[index % len(hosts)] for spec in topology.spouts.values() for index, task in enumerate(spec.tasks)
     }
 
 
-def acker_placement(num_ackers: int, workers: int) -> dict[int, int]:
-    """Acker task *a* on worker *a* mod ``workers``."""
-    return {acker: acker % workers for acker in range(num_ackers)} if workers else {}
+def acker_placement(num_ackers: int, hosts: list[int]) -> dict[int, int]:
+    """Acker task *a* on the *a*-th of the ``hosts``, mod their number."""
+    return {acker: hosts[acker % len(hosts)] for acker in range(num_ackers)} if hosts else {}
 
 
 class WorkerSpouts:
@@ -108,23 +107,25 @@ class WorkerSpouts:
             self.trees,
             TopologyTime(),
             conf.get("topology.max.spout.pending"),
-            None,
+            {} if settings.capture else None,
             tasks=spout_tasks,
             make_spout=lambda _topology, component, task: new_component(shipped, component, task),
             weights=weights,
         )
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
-        self.restart(applied, bolt_tasks)
+        self.gate = AckGate(bolt_tasks, applied)  # when a wave's acks are applied (``squall/reliability``)
 
     def restart(self, applied: int, bolt_tasks: int) -> None:
-        """A new generation: the trees pending here fail back to their spout tasks; the waves up to ``applied``
-        had their acks applied, and those after it will run again."""
+        """A new generation: the workers' tasks restart as of wave ``applied``; the waves after it are dropped.
+        The completed waves' acks are applied (a stateful task's stay held until a checkpoint), and the trees
+        whose spout tuples went out in a dropped wave fail back to their spout tasks, whose sources replay them.
+        Earlier trees stay pending: the restarted tasks' state still holds what their tuples did."""
+        self.gate, due = self.gate.restarted(bolt_tasks, applied)
+        self._apply(due)
         if self.trees is not None and len(self.trees):
-            failed = self.trees.fail_all()
+            failed = self.trees.fail_emitted_after(applied)
             log.info("spout tasks %s: %d pending tree(s) failed back for replay", sorted(self.spout_tasks), len(failed))
             self.host.settle(failed)
-            self.trees = self.host.trees = PendingTrees(self.settings.num_ackers, sorted(self.ackers))
-        self.gate = AckGate(bolt_tasks, applied)  # when a wave's acks are applied (``squall/reliability``)
 
     # -- a wave's spout calls ----------------------------------------------------------
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
@@ -137,11 +138,9 @@ class WorkerSpouts:
             if self.trees is not None:
                 self.host.settle(self.trees.rotate())
         self.host.set_active(message.active)
-        try:
-            emits = self.host.call(message.spout_calls)
-        except TopologyFailed as failure:  # open() raised: no retry can fix it
-            task = min(self.spout_tasks)
-            raise TaskSetupError(self.topology.component_of(task), task, "open() raised", failure) from failure
+        if self.trees is not None:
+            self.trees.wave = message.wave
+        emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
         by_source: dict[int, dict[int, Batch]] = defaultdict(dict)
         for target, batches in self.host.take_wave().items():
             for batch in batches:
@@ -153,7 +152,10 @@ class WorkerSpouts:
         self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
-        return SpoutReport(message.generation, message.wave, worker, statuses, pending, emits, self.take_ackers())
+        ackers, captured = self.take_ackers(), self.host.take_captured()
+        return SpoutReport(
+            message.generation, message.wave, worker, statuses, pending, emits, ackers, captured, self.behind
+        )
 
     def _replay(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
         by_source: dict[int, dict[int, Batch]] = {}
@@ -175,6 +177,11 @@ class WorkerSpouts:
                 batch.generation, batch.wave, batch.producer = message.generation, message.wave, s.task
                 batch.last = True
                 send(batch)
+
+    @property
+    def behind(self) -> bool:
+        """The acker tasks here wait for acks of a wave the driver said completed."""
+        return bool(self.ackers) and self.gate.behind
 
     def take_ackers(self) -> dict[int, tuple[int, int]]:
         """Each acker task's acks merged and trees settled since the last report."""

@@ -31,22 +31,21 @@ from typing import Any
 from pyspark import SparkContext
 
 from squall.model import config as cfg
-from squall.model.errors import SquallError, TopologyFailed
+from squall.model.errors import TopologyFailed
 from squall.model.topology import Topology
 from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.driver import WaveInfo
 from squall.spark.failures import ErrorStreak, fatal_message
-from squall.spark.protocol import Batch, RunSettings, TaskStatus
+from squall.spark.protocol import RunSettings, TaskStatus
 from squall.spark.run import TRANSACTIONAL
 from squall.spark.scheduler import WaveScheduler, worker_count
-from squall.spark.shipping import pickle_component, ship_topology
+from squall.spark.shipping import pickle_component, ship_topology, shipped_here
 from squall.spark.stats import RunStats
 from squall.transactional.batches import BatchTasks
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.coordinator import Commit, TransactionAttempt, TransactionCoordinator
-from squall.transactional.emitters import Emitters
 from squall.transactional.messages import (
     COMMITTED,
     EMITTED,
@@ -100,8 +99,10 @@ class TransactionalRun:
         conf: dict,
         sc: SparkContext,
         clock: Clock,
-        emitters_on_workers: bool = False,
+        spouts_here: bool = False,
     ) -> None:
+        """``spouts_here``: the emitter tasks run on a worker in this process (``TestCluster``), else on the
+        Spark job's workers."""
         self.name = name
         self.ttopo = ttopo
         self.topology: Topology = ttopo.topology
@@ -116,16 +117,15 @@ class TransactionalRun:
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         spout_id = ttopo.spout_id
         pickle_component(spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
-        self.emitters_on_workers = emitters_on_workers and bool(self.topology.bolts)
-        shipped = list(self.topology.bolts) + ([spout_id] if self.emitters_on_workers else [])
+        shipped = list(self.topology.bolts) + ([] if spouts_here else [spout_id])
         self._broadcast = ship_topology(sc, self.topology, self.conf, shipped, {spout_id: ttopo.spout})
-        workers = worker_count(sc, self.topology, self.conf[cfg.SQUALL_WORKERS], self.emitters_on_workers)
+        here = shipped_here(self.topology, self.conf, {spout_id: ttopo.spout}) if spouts_here else None
+        workers = worker_count(sc, self.topology, self.conf[cfg.SQUALL_WORKERS], hosts_spouts=not spouts_here)
         settings = RunSettings(
             self.run_id,
             IdGenerator().next_id(),
             False,
             False,
-            spouts_on_workers=self.emitters_on_workers,
             batch_host=BatchTasks,
             committers=ttopo.committers,
         )
@@ -142,6 +142,7 @@ class TransactionalRun:
             keys=run_keys(self.conf, dict(sc.getConf().getAll())),
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
             max_proving=self.conf[cfg.SQUALL_LINKS_MAX_CONNECTIONS],
+            here=here,
         )
         self.scheduler.on_message = self._on_message
         self.scheduler.on_generation = self._on_generation
@@ -149,11 +150,6 @@ class TransactionalRun:
         # Batches failing with the same error, try after try, with no commit in between stop the topology.
         self._failures = ErrorStreak(
             "", 0, self.conf[cfg.SQUALL_MAX_REPEATED_ERRORS], f"the batches of topology {name!r} failed with"
-        )
-        self.emitters = (
-            None
-            if self.emitters_on_workers
-            else Emitters(self.topology, spout_id, dict.fromkeys(self.topology.task_ids(spout_id), ttopo.spout), 0)
         )
         late = set(ttopo.commit_phase_bolts)
         self._late_tasks = [t for b in late for t in self.topology.task_ids(b)]
@@ -183,7 +179,7 @@ class TransactionalRun:
         if self.failure is not None:
             raise self.failure
         moved, self._moved = self._moved, 0
-        if self.scheduler.ready or not self.scheduler.workers:
+        if self.scheduler.ready or not self.scheduler.hosts:
             for instruction in self.coordinator.poll(ready=self._may_begin()):
                 if isinstance(instruction, Commit):
                     self._commit(instruction.attempt)
@@ -257,31 +253,7 @@ class TransactionalRun:
         )
         self._tries[seq] = flight
         generation, last = scheduler.generation, self.coordinator.last_committed
-        if self.emitters is None:
-            scheduler.send_to(None, BeginBatch(generation, seq, attempt, plans, [], last))
-            return
-        batches: list[Batch] = []
-        self.emitters.generation = generation
-        try:
-            emitted = self.emitters.emit(seq, attempt, plans, batches.append, last)
-        except SquallError as exc:
-            self._stop(str(exc))
-            return
-        self._emitted(flight, emitted.metas, emitted.statuses)
-        if emitted.failure is not None:
-            fatal = fatal_message(RuntimeError(emitted.failure))
-            if fatal is not None:
-                self._stop(fatal)
-            elif not self._failed_again(emitted.failure):
-                self._fail(attempt)
-            return
-        per_worker: dict[int, list[Batch]] = {w: [] for w in hosts}
-        for batch in batches:
-            per_worker[placement[batch.target]].append(batch)
-        for worker, mine in per_worker.items():
-            scheduler.send_to([worker], BeginBatch(generation, seq, attempt, {}, mine, last))
-        if not hosts:  # no bolt: nothing to process or commit
-            self._check_processed(flight)
+        scheduler.send_to(None, BeginBatch(generation, seq, attempt, plans, [], last))
 
     def _emitted(self, flight: TryInFlight, metas: dict[int, Any], statuses: dict[int, TaskStatus]) -> None:
         flight.metas.update(metas)

@@ -18,6 +18,7 @@ A non-partitioned transactional source is a partitioned one with one partition.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,6 +77,10 @@ class MemoryTransactionalSpout(PartitionedTransactionalSpout):
         self.partitions = partitions
         self.fields = Fields("tx", *as_fields(fields))
         self.take_per_batch = take_per_batch
+
+    def __deepcopy__(self, memo: dict) -> MemoryTransactionalSpout:
+        """An emitter task's copy in the same process (``TestCluster``'s) shares ``partitions`` with this one."""
+        return copy.copy(self)
 
     def num_partitions(self) -> int:
         return len(self.partitions)
