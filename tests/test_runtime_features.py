@@ -198,7 +198,7 @@ def test_task_state_survives_waves_and_prepare_runs_once_per_instance(cluster):
     b.set_spout("s", feeder)
     b.set_bolt("count", WordCount(), 2).fields_grouping("s", ["word"])
     b.set_bolt("prep", PrepareCounter(), 2).shuffle_grouping("s")
-    run = cluster.submit_for_capture("state", {"squall.state.checkpoint.interval": 2}, b.build())
+    run = cluster.submit_for_capture("state", {}, b.build())
     for _ in range(5):
         for word in ["a", "b", "a"]:
             feeder.feed([word])

@@ -19,8 +19,7 @@ from drivers import finish_driver, kill_driver, start_driver
 from squall import BasicBolt, InvalidConfigError, InvalidTopologyError, StatefulBolt, TopologyBuilder, TopologyFailed
 from squall.connectors.queue import ReliableQueue
 from squall.security import BlobSealer, TamperedBlobError, checkpoint_key
-from squall.state import StateDelta
-from squall.state.providers import FileStateProvider
+from squall.state.providers import FileStateProvider, StatePart
 from squall.testing import FeederSpout, TestCluster
 
 SEALER = BlobSealer(checkpoint_key({}))  # the key every run here signs its checkpoints with (the default key file)
@@ -348,7 +347,8 @@ def test_a_redis_state_entry_not_signed_by_the_checkpoint_key_is_refused(tmp_pat
     from squall.state.providers import RedisStateProvider
 
     provider = RedisStateProvider(redis_server.url, "signed", SEALER)
-    provider.save(1, {"count": [1]}, {1: StateDelta({"a": 1})})
+    provider.prepare(1, 1, StatePart({"a": 1}, [], True))
+    provider.commit(1, {"count": [1]}, [(1, 1, True)])
     assert provider.load().states == {1: {"a": 1}}
     client = redis.Redis.from_url(redis_server.url)
     client.hset("squall:state:signed:task:1", b"\0" * 32 + pickle.dumps("evil"), b"\0" * 32 + pickle.dumps(0))

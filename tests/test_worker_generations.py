@@ -1,152 +1,215 @@
-"""A worker takes what its peers send in the order the network gives it.
+"""A worker takes what its peers send in the order the network gives it (``squall/spark/wave_gate.py``).
 
 The driver sends every worker its ``Assign`` and then the wave's ``WaveInput`` over the worker's own connection,
 but a peer's batches come over another one. A peer that got its ``Assign`` first can execute its part of the wave
 and send its batch before this worker's ``Assign`` or ``WaveInput`` has arrived. The batch must wait for them, not
-be dropped (the wave would never end) nor run on the wall clock (the wave's simulated time is in its
-``WaveInput``).
-
-These tests drive one real ``Worker`` over real sockets, in the order that race produces.
+be dropped (the wave would never end) nor run before its wave's ``WaveInput`` (which brings the wave's simulated
+time). ``WaveGate`` is pure: these tests hand it those races as event lists, and a hypothesis state machine
+hands it every order the network may give.
 """
 
 from __future__ import annotations
 
-import queue
+from dataclasses import dataclass
 
-import pytest
-from servers import driver_end_of_a_worker_channel
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from squall import BasicBolt, Fields, TopologyBuilder
-from squall.security.handshake import LinkKeys
-from squall.security.sealing import BlobSealer
-from squall.spark.links import Inbox, PeerLinks
-from squall.spark.protocol import (
-    DRIVER,
-    Assign,
-    Batch,
-    RunSettings,
-    Stop,
-    TaskReport,
-    WaveInput,
-    WorkerChannel,
-    read_frames,
-)
-from squall.spark.shipping import ShippedTopology, pack
-from squall.spark.worker import Worker
-from squall.testing import FeederSpout
-from squall.time import now
+from squall.spark.wave_gate import Arrived, Assigned, EndWave, Execute, Take, WaveBegan, WaveGate
 
-KEYS = LinkKeys(b"s" * 32)
-SIMULATED_NOW = 1_000.0
+DRIVER, SPLIT, STAMP = -1, 1, 2  # the driver's marker batch, the upstream task (on a peer), the task here
 
 
-class Split(BasicBolt):
-    outputs = ("word",)
+@dataclass(frozen=True)
+class Message:
+    """A batch (``target`` set) or another message of a generation."""
 
-    def execute(self, tup, collector):
-        for word in tup["sentence"].split():
-            collector.emit([word])
-
-
-class StampWords(BasicBolt):
-    """Emits each word with the topology clock's time when it ran."""
-
-    outputs = ("word", "at")
-
-    def execute(self, tup, collector):
-        collector.emit([tup["word"], now()])
+    generation: int
+    wave: int = 0
+    producer: int = DRIVER
+    target: int | None = None
+    last: bool = False
+    name: str = ""
 
 
-@pytest.fixture
-def worker_and_driver_end():
-    builder = TopologyBuilder()
-    builder.set_spout("sentences", FeederSpout(Fields("sentence")))
-    builder.set_bolt("split", Split(), 1).shuffle_grouping("sentences")
-    builder.set_bolt("stamp", StampWords(), 1).shuffle_grouping("split")
-    topology = builder.build()
-    shipped = ShippedTopology(
-        topology.with_objects(dict.fromkeys(topology.components)),
-        {},
-        {cid: pack(topology.components[cid].obj) for cid in ("split", "stamp")},
-    )
-    address, finish = driver_end_of_a_worker_channel(KEYS)
-    channel = WorkerChannel(address, KEYS)
-    connection, stream, session = finish()
-    inbox = Inbox()
-    worker = Worker(shipped, channel, 0, inbox, PeerLinks(KEYS), BlobSealer(b"k" * 32))
-    yield topology, worker, inbox, (stream, session)
-    channel.close()
-    stream.close()
-    connection.close()
+def batch(generation: int, wave: int, producer: int, name: str, last: bool = True) -> Message:
+    return Message(generation, wave, producer, STAMP, last, name)
 
 
-def reports_after(worker: Worker, driver_end) -> list[TaskReport]:
-    """Serve until ``Stop``, then everything the worker said to the driver."""
-    worker.serve()
-    worker.channel.close()
-    said: queue.SimpleQueue = queue.SimpleQueue()
-    stream, session = driver_end
-    read_frames(stream, session, said)
-    reports = []
-    while not said.empty():
-        reports.append(said.get())
-    return reports
+def arrive(gate: WaveGate, message: Message) -> list:
+    return gate.handle(Arrived(message, batch=message.target is not None))
 
 
-def assign(topology, generation: int) -> Assign:
-    split, stamp = topology.task_ids("split")[0], topology.task_ids("stamp")[0]
-    settings = RunSettings("generations", 7, acking=False, capture=True)
-    return Assign(generation, 0, settings, {split: 1, stamp: 0}, [stamp], 0, {stamp: None})
+def assigned(generation: int, first_wave: int = 1) -> Assigned:
+    return Assigned(generation, {STAMP: (first_wave, frozenset({DRIVER, SPLIT}))})
 
 
-def peer_batch(topology, generation: int, words: list[str]) -> Batch:
-    split, stamp = topology.task_ids("split")[0], topology.task_ids("stamp")[0]
-    batch = Batch(generation, 1, split, "split", split, stamp, last=True)
-    for word in words:
-        batch.add("default", (word,))
-    return batch
+def test_a_peers_batch_that_comes_before_the_assign_is_kept_for_it():
+    gate = WaveGate()
+    early = batch(1, 1, SPLIT, "a b c")
+    assert arrive(gate, early) == []  # generation 1 is not this worker's yet
+    assert gate.handle(assigned(1)) == [Take(early)]
+    assert arrive(gate, early) == []  # taken again: its wave has not begun here
+    assert gate.handle(WaveBegan(1)) == [Execute(STAMP, early)]
+    marker = batch(1, 1, DRIVER, "")
+    assert arrive(gate, marker) == [Execute(STAMP, marker), EndWave(STAMP, 1)]
 
 
-def wave_one(topology, generation: int) -> WaveInput:
-    stamp = topology.task_ids("stamp")[0]
-    return WaveInput(generation, 1, SIMULATED_NOW, [Batch(generation, 1, DRIVER, "", DRIVER, stamp, last=True)])
+def test_a_peers_batch_that_comes_before_the_wave_waits_for_its_wave_input():
+    gate = WaveGate()
+    gate.handle(assigned(1))
+    early = batch(1, 1, SPLIT, "a b")
+    assert arrive(gate, early) == []
+    assert gate.handle(WaveBegan(1)) == [Execute(STAMP, early)]
 
 
-def test_a_peers_batch_that_comes_before_the_assign_is_kept_for_it(worker_and_driver_end):
-    topology, worker, inbox, stream = worker_and_driver_end
-    inbox.put(peer_batch(topology, 1, ["a", "b", "c"]))
-    inbox.put(assign(topology, 1))
-    inbox.put(wave_one(topology, 1))
-    inbox.put(Stop())
-
-    [report] = reports_after(worker, stream)
-
-    assert (report.generation, report.wave, report.component) == (1, 1, "stamp")
-    assert report.status.executed == 3
-    assert report.captured == [("a", SIMULATED_NOW), ("b", SIMULATED_NOW), ("c", SIMULATED_NOW)]
+def test_what_is_left_of_an_older_generation_is_dropped():
+    gate = WaveGate()
+    gate.handle(assigned(1))
+    new, old = batch(2, 1, SPLIT, "new"), batch(1, 1, SPLIT, "old")
+    assert arrive(gate, new) == []  # the next generation's, early
+    assert gate.handle(assigned(2)) == [Take(new)]
+    assert arrive(gate, new) == []
+    assert arrive(gate, old) == []  # the first generation's, late: dropped
+    assert gate.handle(WaveBegan(1)) == [Execute(STAMP, new)]
 
 
-def test_a_peers_batch_that_comes_before_the_wave_runs_on_the_waves_simulated_time(worker_and_driver_end):
-    topology, worker, inbox, stream = worker_and_driver_end
-    inbox.put(assign(topology, 1))
-    inbox.put(peer_batch(topology, 1, ["a", "b"]))
-    inbox.put(wave_one(topology, 1))
-    inbox.put(Stop())
+def test_a_task_ends_its_waves_in_order_and_holds_the_next_waves_batches():
+    gate = WaveGate()
+    gate.handle(assigned(1))
+    gate.handle(WaveBegan(1))
+    gate.handle(WaveBegan(2))
+    second = batch(1, 2, SPLIT, "second")
+    assert arrive(gate, second) == []  # the task is still on wave 1
+    assert arrive(gate, batch(1, 1, SPLIT, "first"))[-1] == Execute(STAMP, batch(1, 1, SPLIT, "first"))
+    ending = arrive(gate, batch(1, 1, DRIVER, ""))
+    assert ending[1:] == [EndWave(STAMP, 1), Execute(STAMP, second)]
+    assert gate.wave_of(STAMP) == 2
 
-    [report] = reports_after(worker, stream)
 
-    assert report.captured == [("a", SIMULATED_NOW), ("b", SIMULATED_NOW)]
+def test_a_wave_stays_begun_until_every_task_here_has_ended_it():
+    """Two tasks here: one ends wave 1 before the other has any of it; the other's batches still run."""
+    other = 3
+    gate = WaveGate()
+    gate.handle(Assigned(1, {STAMP: (1, frozenset({DRIVER})), other: (1, frozenset({DRIVER}))}))
+    gate.handle(WaveBegan(1))
+    assert arrive(gate, batch(1, 1, DRIVER, "")) == [Execute(STAMP, batch(1, 1, DRIVER, "")), EndWave(STAMP, 1)]
+    late = Message(1, 1, DRIVER, other, True, "")
+    assert arrive(gate, late) == [Execute(other, late), EndWave(other, 1)]
+    assert gate.began == set()  # both are past it
 
 
-def test_what_is_left_of_an_older_generation_is_dropped(worker_and_driver_end):
-    topology, worker, inbox, stream = worker_and_driver_end
-    inbox.put(assign(topology, 1))
-    inbox.put(peer_batch(topology, 2, ["new"]))  # the next generation's, early
-    inbox.put(assign(topology, 2))
-    inbox.put(peer_batch(topology, 1, ["old"]))  # the first generation's, late
-    inbox.put(wave_one(topology, 2))
-    inbox.put(Stop())
+class WaveGateMachine(RuleBasedStateMachine):
+    """Two generations of three waves each for one task with two producers (the driver and a peer's task), whose
+    batches (two from the peer, one from the driver, each producer's in order) and ``WaveInput``s come in any
+    interleaving, with other messages among them; the second ``Assign`` comes at any point."""
 
-    [report] = reports_after(worker, stream)
+    WAVES = 3
 
-    assert (report.generation, report.captured) == (2, [("new", SIMULATED_NOW)])
+    @initialize()
+    def start(self) -> None:
+        self.gate = WaveGate()
+        self.generation = 0  # the worker's, as the model sees it
+        self.queues: dict[tuple[int, int], list[Message]] = {}  # (generation, producer) -> still to come, in order
+        self.begins: dict[int, list[int]] = {}  # generation -> waves whose WaveInput is still to come, in order
+        self.others: list[Message] = []
+        for generation in (1, 2):
+            self.queues[(generation, SPLIT)] = [
+                batch(generation, wave, SPLIT, f"{generation}/{wave}/{part}", last=part == 1)
+                for wave in range(1, self.WAVES + 1)
+                for part in (0, 1)
+            ]
+            self.queues[(generation, DRIVER)] = [batch(generation, w, DRIVER, "") for w in range(1, self.WAVES + 1)]
+            self.others.append(Message(generation, name=f"commit of generation {generation}"))
+        self.begins = {1: [], 2: []}
+        self.assigned: set[int] = set()
+        self.executed: list[tuple[int, Message]] = []  # (the worker's generation then, batch)
+        self.ended: list[tuple[int, int]] = []  # (generation, wave)
+        self.taken: list[Message] = []
+        self.began: dict[int, set[int]] = {1: set(), 2: set()}
+
+    def _carry_out(self, steps: list) -> None:
+        for step in steps:
+            if isinstance(step, Take):
+                assert step.message.generation == self.generation, "a message of another generation taken"
+                if step.message.target is not None:
+                    self._carry_out(arrive(self.gate, step.message))
+                else:
+                    self.taken.append(step.message)
+            elif isinstance(step, Execute):
+                message = step.batch
+                assert message.generation == self.generation, "an older generation's batch executed"
+                assert message.wave in self.began[self.generation], "a batch ran before its wave's WaveInput"
+                assert not any(g == self.generation and w >= message.wave for g, w in self.ended)
+                self.executed.append((self.generation, message))
+            else:
+                assert isinstance(step, EndWave)
+                mine = [m for g, m in self.executed if g == self.generation and m.wave == step.wave]
+                assert {m.producer for m in mine if m.last} == {DRIVER, SPLIT}, "a wave ended before every last"
+                assert [w for g, w in self.ended if g == self.generation] == list(range(1, step.wave))
+                self.ended.append((self.generation, step.wave))
+
+    @precondition(lambda self: 2 not in self.assigned)
+    @rule()
+    def assign(self) -> None:
+        self.generation += 1
+        self.assigned.add(self.generation)
+        self.begins[self.generation] = list(range(1, self.WAVES + 1))
+        self._carry_out(self.gate.handle(assigned(self.generation)))
+
+    @precondition(lambda self: any(self.begins.values()))
+    @rule(data=st.data())
+    def wave_input(self, data) -> None:
+        """A ``WaveInput`` comes over the driver's connection: after the ``Assign`` of its generation."""
+        generation = data.draw(st.sampled_from([g for g, waves in self.begins.items() if waves]))
+        wave = self.begins[generation].pop(0)
+        if generation == self.generation:
+            self.began[generation].add(wave)
+            self._carry_out(self.gate.handle(WaveBegan(wave)))
+
+    @precondition(lambda self: any(self.queues.values()))
+    @rule(data=st.data())
+    def a_batch_comes(self, data) -> None:
+        key = data.draw(st.sampled_from(sorted(k for k, q in self.queues.items() if q)))
+        self._carry_out(arrive(self.gate, self.queues[key].pop(0)))
+
+    @precondition(lambda self: self.others)
+    @rule(data=st.data())
+    def another_message_comes(self, data) -> None:
+        message = self.others.pop(data.draw(st.integers(0, len(self.others) - 1)))
+        self._carry_out(arrive(self.gate, message))
+
+    @rule()
+    def nothing_comes(self) -> None:
+        """A moment in which no message comes (once everything has, the only thing left to do)."""
+
+    @invariant()
+    def each_producers_batches_run_once_and_in_order(self) -> None:
+        for generation in (1, 2):
+            for producer in (DRIVER, SPLIT):
+                ran = [m for g, m in getattr(self, "executed", []) if g == generation and m.producer == producer]
+                assert ran == sorted(ran, key=lambda m: (m.wave, m.name)) and len(set(ran)) == len(ran)
+
+    def teardown(self) -> None:
+        """Once the last generation is assigned and everything of it has come, every wave of it has ended."""
+        if not hasattr(self, "gate"):
+            return
+        while self.generation < 2:
+            self.assign()
+        for wave in self.begins[2]:
+            self.began[2].add(wave)
+            self._carry_out(self.gate.handle(WaveBegan(wave)))
+        for producer in (DRIVER, SPLIT):
+            for message in self.queues[(2, producer)]:
+                self._carry_out(arrive(self.gate, message))
+        for message in self.others:
+            self._carry_out(arrive(self.gate, message))
+        assert [w for g, w in self.ended if g == 2] == list(range(1, self.WAVES + 1))
+        assert [m.name for m in self.taken if m.generation == 2] == ["commit of generation 2"]
+        ran = [m for g, m in self.executed if g == 2]
+        assert len(ran) == 3 * self.WAVES  # two of the peer's and the driver's marker, every wave
+
+
+WaveGateMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+test_every_order_the_network_gives = WaveGateMachine.TestCase

@@ -36,7 +36,6 @@ SQUALL_WAVE_MAX_INFLIGHT = "squall.wave.max.inflight"  # waves running at once
 # The bytes a worker's inbox may hold (tuples received and not yet executed): waves shrink to keep it under
 SQUALL_WORKER_INBOX_MAX_BYTES = "squall.worker.inbox.max.bytes"
 SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt tasks (None: one per core, at most)
-SQUALL_STATE_CHECKPOINT_INTERVAL = "squall.state.checkpoint.interval"  # waves between state checkpoints
 # How often the workers snapshot their bolt tasks' state when spouts run on the workers (LocalCluster, squall run)
 SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
@@ -100,7 +99,6 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WAVE_MAX_INFLIGHT: 2,
     SQUALL_WORKER_INBOX_MAX_BYTES: 128 * 1024 * 1024,
     SQUALL_WORKERS: None,
-    SQUALL_STATE_CHECKPOINT_INTERVAL: 10,
     SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
     SQUALL_MAX_REPEATED_ERRORS: 100,
@@ -244,7 +242,6 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WAVE_MAX_INFLIGHT: _int_at_least(1),
     SQUALL_WORKER_INBOX_MAX_BYTES: _int_at_least(1024),
     SQUALL_WORKERS: _optional(_int_at_least(1)),
-    SQUALL_STATE_CHECKPOINT_INTERVAL: _int_at_least(1),
     SQUALL_SNAPSHOT_INTERVAL_MS: _positive_number,
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
     SQUALL_MAX_REPEATED_ERRORS: _optional(_int_at_least(1)),

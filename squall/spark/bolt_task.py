@@ -25,7 +25,6 @@ import io
 import logging
 import pickle
 import sys
-import time
 from collections import Counter
 from typing import Any
 
@@ -33,7 +32,7 @@ from pyspark import cloudpickle
 
 from squall.model.components import BasicBolt, StatefulBolt
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
-from squall.model.state import KeyValueState, StateDelta, dump_delta
+from squall.model.state import KeyValueState, StateDelta
 from squall.model.topology import TopologyContext
 from squall.model.tuple import TICK_COMPONENT
 from squall.reliability.ids import IdGenerator
@@ -223,21 +222,8 @@ class BoltTask:
                 raise TaskSetupError(self.component, self.task, "init_state() raised", exc) from exc
 
     def snapshot(self, version: int) -> Snapshot:
-        """Every attribute of the bolt; references to the bolt, its collector or context are re-bound on restore.
-
-        A stateful bolt's snapshot is what its state changed since the last one.
-        """
-        if self.state is not None:
-            started = time.perf_counter()
-            try:
-                delta = self.state.take_changes()
-                blob = dump_delta(self.component, delta, cloudpickle.dumps)
-            except Exception as exc:
-                raise TaskSetupError(self.component, self.task, "its state cannot be saved", exc) from exc
-            self.collector.status.state_changes = len(delta)
-            self.collector.status.state_seconds = time.perf_counter() - started
-            self.version = version
-            return Snapshot(version, blob, delta=True)
+        """Every attribute of the (stateless) bolt; references to the bolt, its collector or context are re-bound
+        on restore."""
         own = {id(obj): tag for tag, obj in self._own().items()}
         if getattr(self.bolt, "task_snapshots", True) is False:  # rebuilt by prepare(), as a Storm bolt restarts
             state: dict[str, Any] = {}

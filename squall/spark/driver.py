@@ -132,7 +132,9 @@ class TopologyRun:
         self._broadcast = ship_topology(sc, topology, self.conf, shipped)
         here = shipped_here(topology, self.conf) if spouts_here else None
         where = self.conf[cfg.SQUALL_CHECKPOINT_DIR]
-        snapshot_root = os.fspath(where) if where is not None else None
+        if where is None:  # a cluster always names one (its own, by default)
+            raise InvalidConfigError(f"topology {name!r}: squall.checkpoint.dir is not set: snapshots go there")
+        snapshot_root = os.fspath(where)
         # Stateful tasks write their own checkpoint parts; the driver commits them.
         settings = RunSettings(
             self.run_id,
@@ -158,7 +160,6 @@ class TopologyRun:
             workers,
             self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
             name,
-            self.conf[cfg.SQUALL_STATE_CHECKPOINT_INTERVAL],
             self.state_checkpoints.tasks if self.state_checkpoints is not None else frozenset(),
             restored,
             self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
@@ -273,7 +274,7 @@ class TopologyRun:
         simulated = self.clock.now() if self.clock.simulated else None
         snapshot = self.snapshot_timer.due(now) and self.scheduler.snapshot_due()
         self.wave = self.scheduler.send(  # the driver's input is control only: no tuple
-            {}, simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot, ticks=ticks_due
+            simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot, ticks=ticks_due
         )
         self.sizer.sized(self.wave, calls)
         if snapshot:

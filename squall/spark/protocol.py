@@ -71,15 +71,11 @@ def wire(cls: type) -> type:
 @wire
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A bolt task's pickled attributes after the wave ``version``.
-
-    A stateful bolt's task sends only what its ``KeyValueState`` changed (``delta``: a pickled ``StateDelta``);
-    the driver applies it to the task's state, and hands a task that starts again its whole state.
-    """
+    """A bolt task's state after the wave ``version``: its pickled attributes (a stateful bolt's whole
+    ``KeyValueState``), in ``blob`` or, written by its worker (``snapshots.py``), at ``path``."""
 
     version: int
     blob: bytes
-    delta: bool = False
     path: str | None = None  # written by its worker (``snapshots.py``): ``blob`` is read from there
 
 
@@ -383,8 +379,6 @@ class TaskReport:
     component: str
     task: int
     status: TaskStatus
-    acks: AckBatch | None  # None when the ackers are on the workers: the acks went there
-    snapshot: Snapshot | None  # None when the task executed nothing: its state is unchanged
     captured: list[tuple]  # default-stream emits, when testing asks for them
     written: Snapshot | None = None  # the snapshot it wrote at the end of a snapshot wave (its path)
     part: tuple[int, bool] | None = None  # (checkpoint, whole): the checkpoint part a stateful task wrote

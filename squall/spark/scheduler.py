@@ -30,10 +30,8 @@ from typing import Any
 from pyspark import SparkContext
 
 from squall.model.errors import TopologyFailed
-from squall.model.state import StateDelta
 from squall.model.topology import Topology
 from squall.security.keys import RunKeys
-from squall.spark.checkpoints import Checkpointer
 from squall.spark.context import runs_on_this_machine
 from squall.spark.failures import fatal_message, setup_error_origin, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
@@ -41,7 +39,6 @@ from squall.spark.load import LoadBalancer
 from squall.spark.protocol import (
     DRIVER,
     FINAL_REPORT,
-    AckBatch,
     Assign,
     Batch,
     Commit,
@@ -108,10 +105,6 @@ class CompletedWave:
     wave: int
     seconds: float  # from sending, or from the wave before it completing if later, to its last report
     tuples: int  # the driver's tuples in it
-    acks: AckBatch  # of stateless tasks
-    held_acks: AckBatch  # of stateful tasks: held until a checkpoint holds their state
-    state_deltas: dict[int, StateDelta]  # what each stateful task's state changed
-    state_apply_seconds: float  # the time applying them to the tasks' whole states took
     checkpoint: int | None
     status: dict[tuple[str, int], TaskStatus]
     captured: dict[tuple[str, int], list[tuple]]
@@ -162,7 +155,6 @@ class WaveScheduler:
         workers: int,
         max_failures: int,
         name: str,
-        checkpoint_interval: int,
         stateful_tasks: frozenset[int] = frozenset(),
         restored: dict[int, dict] | None = None,
         replace_timeout: float = 10.0,
@@ -187,8 +179,6 @@ class WaveScheduler:
         self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
         self.placement = self._placement(workers)
         self.balancer = LoadBalancer(workers) if settings.load_aware else None
-        self.snapshots: dict[int, Snapshot | None] = dict.fromkeys(self.tasks)  # as of wave ``applied``
-        # When spouts run on the workers, the workers write the snapshots (snapshots.py); the driver keeps where.
         self.keys = keys  # the workers get them in the Spark task closure, never over a link
         log.info(
             "topology %s: links authenticated by challenge and %s; files under squall.checkpoint.dir %s",
@@ -200,11 +190,6 @@ class WaveScheduler:
         self.store = SnapshotStore(settings.snapshot_root, settings.run_id, sealer) if settings.snapshot_root else None
         if self.store is not None and (earlier := self.store.remove_earlier_runs(name)):
             log.info("topology %s: removed the snapshots and spout logs of earlier runs %s", name, earlier)
-        # stateful task -> (version, its whole state), as of ``applied``; a restarted topology's start as version 0.
-        # Only when the driver keeps the snapshots: else it holds no task's state, a restored one included.
-        self.states: dict[int, tuple[int, dict]] = (
-            {task: (0, state) for task, state in (restored or {}).items()} if self.store is None else {}
-        )
         self.snapshot_wave = 0  # the last complete snapshot
         self.snapshot_refs: dict[int, Snapshot] = {}  # task -> its last snapshot written (a path)
         self.snapshot_in_flight: int | None = None
@@ -242,7 +227,6 @@ class WaveScheduler:
         # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
         self.on_message: Callable[[Any], None] | None = None
         self.on_generation: Callable[[int], None] | None = None
-        self.checkpointer = Checkpointer(sc, settings.run_id, checkpoint_interval, sealer)
         self.hub = Hub(hub_host(sc), keys.links, handshake_timeout, max_proving) if self.hosts else None
         if self.hosts:
             self._launch()
@@ -317,7 +301,6 @@ class WaveScheduler:
     # -- sending ------------------------------------------------------------------
     def send(
         self,
-        inputs: dict[int, list[Batch]],
         simulated_now: float | None,
         checkpoint: int | None = None,
         spout_calls: int = 0,
@@ -326,19 +309,13 @@ class WaveScheduler:
         snapshot: bool = False,
         ticks: tuple[TicksDue, ...] = (),
     ) -> int:
-        """Send a wave: ``inputs`` maps bolt tasks to the driver's batches for them; when spouts run on the
-        workers, each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations. ``ticks``
-        are the tick tuples due, which the tasks' workers make. Returns the wave number."""
+        """Send a wave: each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations;
+        ``ticks`` are the tick tuples due, which the tasks' workers make. Each bolt task gets the driver's empty
+        ``last`` batch, which ends its input from the driver. Returns the wave number."""
         wave = self.next_wave
         self.next_wave += 1
-        per_task: dict[int, list[Batch]] = {}
+        per_task = {task: [Batch(0, wave, DRIVER, "", DRIVER, task, last=True)] for task in self.tasks}
         tuples = sum(due.count for due in ticks)
-        for task in self.tasks:
-            batches = per_task[task] = inputs.get(task) or [Batch(0, wave, DRIVER, "", DRIVER, task)]
-            for batch in batches:
-                batch.wave = wave
-                tuples += len(batch.values)
-            batches[-1].last = True
         flight = WaveInFlight(
             wave,
             simulated_now,
@@ -705,18 +682,9 @@ class WaveScheduler:
         inbox_peak = self.inbox_peaks.pop(flight.wave, 0)
         for earlier in [w for w in self.inbox_peaks if w < flight.wave]:  # of waves that ran again
             del self.inbox_peaks[earlier]
-        status, captured, acks, held, deltas, applying, parts = {}, {}, [], [], {}, 0.0, {}
+        status, captured, parts = {}, {}, {}
         holds_acks = False
         for task, report in completed.reports.items():
-            if report.snapshot is not None and report.snapshot.delta:
-                started = time.perf_counter()
-                _, state = self.states.get(task, (0, {}))
-                delta = deltas[task] = pickle.loads(report.snapshot.blob)
-                delta.apply(state)
-                self.states[task] = (report.snapshot.version, state)
-                applying += time.perf_counter() - started
-            elif report.snapshot is not None:
-                self.snapshots[task] = report.snapshot
             if report.written is not None:
                 self.snapshot_refs[task] = report.written
             if report.part is not None:
@@ -724,8 +692,6 @@ class WaveScheduler:
             status[(report.component, task)] = report.status
             if report.captured:
                 captured[(report.component, task)] = report.captured
-            if report.acks is not None:  # None: the task sent its acks to the ackers on the workers
-                (held if task in self.stateful_tasks else acks).append(report.acks)
             if task in self.stateful_tasks and (report.status.acked or report.status.failed or report.status.emitted):
                 holds_acks = True
         spouts: dict[int, tuple[str, SpoutStatus]] = {}
@@ -734,14 +700,8 @@ class WaveScheduler:
             spouts.update(spout_report.spouts)
             ackers.update(spout_report.ackers)
             captured.update(spout_report.captured)
-        # Stateful tasks' state goes to their own checkpoints (stateful.py), as it changes: not whole, here.
-        if self.store is not None:
-            if flight.snapshot:
-                self._snapshot_complete(flight.wave)
-        else:
-            self.checkpointer.completed(
-                flight.wave, lambda: {t: self.snapshots[t] for t in self.tasks if t not in self.states}
-            )
+        if flight.snapshot:
+            self._snapshot_complete(flight.wave)
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now
@@ -749,10 +709,6 @@ class WaveScheduler:
             flight.wave,
             seconds,
             flight.tuples,
-            AckBatch.combine(acks),
-            AckBatch.combine(held),
-            deltas,
-            applying,
             flight.checkpoint,
             status,
             captured,
@@ -784,18 +740,13 @@ class WaveScheduler:
             log.exception("topology %s: recording snapshot %d failed; it is used all the same", self.name, wave)
 
     def snapshot_of(self, task: int) -> Snapshot | None:
-        """The task's state as of the last completed wave, whole; when the workers write the snapshots, as of the
-        last complete snapshot (where it was written)."""
-        if self.store is not None:
-            ref = self.snapshot_refs.get(task)
-            if ref is not None and ref.version <= self.snapshot_wave:
-                return ref
-            restored = self._restored.get(task)  # a stateful task that executed nothing since the start
-            return Snapshot(0, restored) if restored is not None else None
-        if task in self.states:
-            version, state = self.states[task]
-            return Snapshot(version, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-        return self.snapshots[task]
+        """Where the task's state as of the last complete snapshot was written; a stateful task that has written
+        none yet starts from the checkpoint the run was restored from, and any other from nothing."""
+        ref = self.snapshot_refs.get(task)
+        if ref is not None and ref.version <= self.snapshot_wave:
+            return ref
+        restored = self._restored.get(task)
+        return Snapshot(0, restored) if restored is not None else None
 
     # -- stopping -----------------------------------------------------------------------
     def interrupt(self) -> None:
@@ -827,7 +778,6 @@ class WaveScheduler:
     def close(self, timeout: float = 10.0, fail_pending: bool = False, active: bool = True) -> None:
         """Stop the workers (their spouts failing their pending trees back first, with ``fail_pending``); a job
         that does not end (a worker waits for a core) is cancelled."""
-        self.checkpointer.close()
         if self.hub is None:
             return
         self.flush_commit()

@@ -1,10 +1,11 @@
 """Spout hosting: spout tasks, their collectors, and their tuples for the next wave. The host runs on a worker
-(``worker_spouts.py``) under ``LocalCluster`` and ``squall run``, and in the test's process under ``TestCluster``.
+(``worker_spouts.py``): one of the Spark job's under ``LocalCluster`` and ``squall run``, the one in the test's
+process under ``TestCluster``.
 
 The host calls ``next_tuple`` on each spout task within its ``max.spout.pending``
 budget and the wave's size. An emit with a message id starts a tuple tree
 (``trees.PendingTrees.start``) and becomes one row per target task in the
-wave's ``DriverOutbox``, carrying the tree's root. When the wave is taken, each
+wave's ``SpoutOutbox``, carrying the tree's root. When the wave is taken, each
 row gets its edge id, drawn all at once, and the new trees' init messages reach
 the ledger (``take_wave``). When
 trees settle, the host calls ``ack`` or ``fail`` on the exact spout task that
@@ -13,7 +14,6 @@ emitted each one and records its complete latency.
 
 from __future__ import annotations
 
-import copy
 import logging
 import traceback
 from collections import defaultdict
@@ -24,7 +24,6 @@ import numpy as np
 
 from squall.model.components import DEFAULT_STREAM
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
-from squall.model.errors import SquallError
 from squall.model.topology import Topology, TopologyContext
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
@@ -32,15 +31,14 @@ from squall.spark.failures import ErrorStreak, TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
-from squall.spark.shipping import unshippable_message
 from squall.spark.stats import RunStats, latency_buckets
 from squall.spark.trees import PendingTrees, Settlement
 
 log = logging.getLogger("squall")
 
 
-class DriverOutbox:
-    """The in-process spouts' emits for the next wave, one batch per (target task, source)."""
+class SpoutOutbox:
+    """The spout tasks' emits for the next wave, one batch per (target task, source)."""
 
     def __init__(self) -> None:
         self._batches: dict[int, dict[tuple[str, int], Batch]] = defaultdict(dict)
@@ -147,16 +145,6 @@ class SpoutOutputCollector:
         log.error("spout %s task %d: malformed message set aside: %s", self._component, self._task, what)
 
 
-def copy_spout(topology: Topology, component: str, task: int) -> Any:
-    """A spout task's own instance, copied from the declared one (in the process that declared it), as Storm
-    serializes every task's; a spout that cannot be copied is refused, with where to make what it holds."""
-    spout = topology.components[component].obj
-    try:
-        return copy.deepcopy(spout)
-    except Exception as exc:
-        raise SquallError(unshippable_message(component, spout, exc)) from exc
-
-
 class SpoutTask:
     """One spout task. ``open`` is called by ``SpoutHost.open``, on the thread that makes every later call."""
 
@@ -179,9 +167,8 @@ class SpoutTask:
 
 
 class SpoutHost:
-    """Spout tasks (the topology's, or ``tasks``), with what they emit for the next wave and the trees they wait
-    on. It runs in the test's process under ``TestCluster``, and on the workers otherwise (``worker_spouts.py``).
-    """
+    """The spout tasks ``tasks`` of one worker (``worker_spouts.py``), each an instance ``make_spout`` made, with
+    what they emit for the next wave and the trees they wait on."""
 
     def __init__(
         self,
@@ -192,14 +179,13 @@ class SpoutHost:
         clock: Clock,
         max_pending: int | None,
         captured: dict[tuple[str, int], list[tuple]] | None,
-        tasks: list[int] | None = None,
-        make_spout: Callable[[Topology, str, int], Any] = copy_spout,
-        outbox: DriverOutbox | None = None,
+        tasks: list[int],
+        make_spout: Callable[[Topology, str, int], Any],
         weights: TaskWeights | None = None,
     ) -> None:
         self.stats = stats
         self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
-        self.outbox = outbox if outbox is not None else DriverOutbox()
+        self.outbox = SpoutOutbox()
         self._now: Callable[[], float] = clock.now
         self._max_pending = max_pending
         self._captured = captured  # default-stream emits, when testing asks for them
@@ -211,7 +197,7 @@ class SpoutHost:
             SpoutTask(self, topology, conf, component, task, make_spout(topology, component, task), weights)
             for component, spec in topology.spouts.items()
             for task in spec.tasks
-            if tasks is None or task in tasks
+            if task in tasks
         ]
         self._by_task = {s.task: s for s in self.tasks}
         self.opened = False

@@ -1,5 +1,5 @@
-"""A squall worker: one long-lived Spark task that hosts bolt tasks (and, under ``LocalCluster`` and
-``squall run``, spout and acker tasks: ``worker_spouts.py``) for the whole run.
+"""A squall worker: one long-lived Spark task that hosts bolt tasks, spout and acker tasks
+(``worker_spouts.py``), for the whole run (``TestCluster``'s spout and acker tasks: ``InProcessWorker``).
 
 The run's worker job has one Spark task per worker. Each connects to the
 driver's hub, says ``Hello`` and is told by ``Assign`` which tasks it hosts
@@ -11,13 +11,15 @@ and the state they start from. Then it serves messages until ``Stop``:
   memory, never pickled) or from another one (over its link, ``links.py``);
   ``execute_batch`` runs each row through the task's bolt.
 
-A task works on one wave at a time, in wave order. It executes every batch of
-its current wave as it arrives, in each producer's emission order, and holds
-batches of later waves. Once every producer (the driver and each task upstream)
-has sent its ``last`` batch, the task ends the wave: its remaining emits leave as
-``last`` batches to every downstream task, and a ``TaskReport`` with its counters,
-its acks XOR-reduced per root and its new snapshot goes to the driver. Then the
-task moves on to the next wave.
+A task works on one wave at a time, in wave order (``wave_gate.WaveGate`` says
+what runs when). It executes every batch of its current wave as it arrives, in
+each producer's emission order, and holds batches of later waves. Once every
+producer (the driver and each task upstream) has sent its ``last`` batch, the
+task ends the wave: its remaining emits leave as ``last`` batches to every
+downstream task, its acks, XOR-reduced per root, go to the workers of their
+acker tasks (``AckerInput``), and a ``TaskReport`` with its counters (and, at a
+snapshot wave, where it wrote its state) goes to the driver. Then the task
+moves on to the next wave.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from squall.spark.protocol import (
 )
 from squall.spark.shipping import ShippedTopology, forget_run, load_shipped
 from squall.spark.snapshots import SnapshotStore
+from squall.spark.wave_gate import Arrived, Assigned, EndWave, Execute, Take, WaveBegan, WaveGate
 from squall.spark.worker_spouts import WorkerSpouts
 from squall.state.providers import COMPACT_EVERY, StatePart
 from squall.time import use_simulated_time
@@ -85,16 +88,12 @@ def run_of(store: SnapshotStore) -> str:
 
 
 class HostedTask:
-    """A bolt task's progress through the waves."""
+    """A bolt task here; which wave it is on, and which batches it runs when, is the ``WaveGate``'s."""
 
-    def __init__(self, task: BoltTask, wave: int, producers: frozenset[int], readers: list[int]) -> None:
+    def __init__(self, task: BoltTask, readers: list[int]) -> None:
         self.task = task
-        self.wave = wave  # the wave it works on
-        self.producers = producers  # DRIVER and every upstream task
         self.readers = readers  # every downstream task, each sent a last batch per wave
-        self.waiting = set(producers)
-        self.held: dict[int, list[Batch]] = defaultdict(list)  # batches of later waves
-        self.started = False
+        self.started = False  # it has begun its current wave
 
 
 class Worker:
@@ -131,7 +130,7 @@ class Worker:
         self.state_provider: Any = None  # where stateful tasks write their checkpoint parts, when spouts run here
         self._state_spec: Any = None
         self.weights = TaskWeights()  # the workers' load weights, read by every shuffle here when load-aware
-        self.ahead: list[Any] = []  # peers' messages of a generation whose Assign has not reached this worker yet
+        self.gate = WaveGate()  # which messages are taken, and when a task executes a batch or ends a wave
         self.batches: Any = None  # a run of batches: its tasks here, as its ``RunSettings.batch_host`` hosts them
         self.final = False  # the run is over: nothing of it is kept in this Python process
 
@@ -150,34 +149,45 @@ class Worker:
                     self.channel.send(SpoutReport(self.generation, FINAL_REPORT, self.index, statuses, 0, 0))
                     self.spouts = None
                 return
-            if isinstance(message, Assign):
-                self._assign(message)
-            elif not self._current(message):
-                continue
-            elif self.batches is not None:
-                self.batches.handle(message)
-            elif isinstance(message, Batch):
-                self._deliver(message)
-            elif isinstance(message, AckerInput):
-                if self.spouts is not None:
-                    self.spouts.acker_input(message)
-            elif isinstance(message, WaveInput):
-                self._wave(message)
-            elif isinstance(message, Commit):
-                if self.spouts is not None:
-                    self.spouts.commit(message.wave, message.snapshot)
-                self._restorable(snapshot=self._snapshot_wave(message))
-            elif isinstance(message, Release):
-                if self.spouts is not None:
-                    self.spouts.release(message.wave)
-                self._restorable(checkpoint=message.wave)
-            else:
-                raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+            self._receive(message)
 
-    def _snapshot_wave(self, commit: Commit) -> int:
-        """The wave a lost task would restart from: the last complete snapshot the workers wrote, or else (the
-        driver keeps the snapshots) the committed wave."""
-        return commit.snapshot if self.store is not None else commit.wave
+    def _receive(self, message: Any) -> None:
+        if isinstance(message, Assign):
+            self._assign(message)
+        elif isinstance(message, Batch) and self.batches is None:
+            self._carry_out(self.gate.handle(Arrived(message, batch=True)))
+        else:
+            for taken in self.gate.handle(Arrived(message)):
+                self._take(taken.message)
+
+    def _carry_out(self, steps: list[Take | Execute | EndWave]) -> None:
+        for step in steps:
+            if isinstance(step, Execute):
+                self._execute(step.task, step.batch)
+            elif isinstance(step, EndWave):
+                self._end_wave(step.task, step.wave)
+            else:
+                self._receive(step.message)
+
+    def _take(self, message: Any) -> None:
+        """A message of this worker's generation, other than a wave's batch."""
+        if self.batches is not None:
+            self.batches.handle(message)
+        elif isinstance(message, AckerInput):
+            if self.spouts is not None:
+                self.spouts.acker_input(message)
+        elif isinstance(message, WaveInput):
+            self._wave(message)
+        elif isinstance(message, Commit):
+            if self.spouts is not None:
+                self.spouts.commit(message.wave, message.snapshot)
+            self._restorable(snapshot=message.snapshot)
+        elif isinstance(message, Release):
+            if self.spouts is not None:
+                self.spouts.release(message.wave)
+            self._restorable(checkpoint=message.wave)
+        else:
+            raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
 
     def _restorable(self, snapshot: int | None = None, checkpoint: int | None = None) -> None:
         """A snapshot or a checkpoint completed: blobs released before both the last complete snapshot and the
@@ -195,23 +205,12 @@ class Worker:
                 except Exception:  # the store is away: they go at the next collection
                     log.warning("%s task %d: released blobs not deleted yet", hosted.task.component, hosted.task.task)
 
-    def _current(self, message: Any) -> bool:
-        """Whether ``message`` belongs to this worker's generation. One of a later generation is held: a peer
-        that got its ``Assign`` first may send before this worker's own arrives, over another connection."""
-        generation = getattr(message, "generation", None)
-        if generation is None:
-            raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
-        if generation > self.generation:
-            self.ahead.append(message)
-            return False
-        return generation == self.generation
-
     def _wave(self, message: WaveInput) -> None:
         if message.commit is not None and self.spouts is not None:  # the acks of waves before it may apply now
             self.spouts.commit(message.commit.wave, message.commit.snapshot)
         if message.commit is not None:
             commit = message.commit
-            self._restorable(snapshot=self._snapshot_wave(commit))
+            self._restorable(snapshot=commit.snapshot)
         self.times[message.wave] = message.simulated_now
         self.weights.update(message.weights, self.placement)
         if message.checkpoint is not None:
@@ -220,10 +219,7 @@ class Worker:
             self.snapshot_waves.add(message.wave)
         if message.replay:
             self.replay_waves.add(message.wave)
-        for hosted in self.tasks.values():  # peers' batches that came before the wave began here
-            if hosted.wave == message.wave:
-                for batch in hosted.held.pop(message.wave, ()):
-                    self._execute(hosted, batch)
+        self._carry_out(self.gate.handle(WaveBegan(message.wave)))  # peers' batches that came before it
         for due in message.ticks:  # before the driver's marker that ends the task's input from it
             self._deliver(due.batch(self.generation, message.wave))
         for batch in message.batches:
@@ -264,10 +260,11 @@ class Worker:
                 self.links.send,
                 self.channel.send,
             )
-            self._release_ahead()
+            self._carry_out(self.gate.handle(Assigned(self.generation, {})))
             return
         mine = frozenset(message.tasks)
         self._assign_spouts(message, settings)
+        waves: dict[int, tuple[int, frozenset[int]]] = {}
         for task_id in message.tasks:
             snapshot = message.snapshots.get(task_id)
             if snapshot is not None and snapshot.path is not None:  # written by a worker: read it here
@@ -278,9 +275,10 @@ class Worker:
             upstream = self.topology.sources_of(component)
             producers = frozenset([DRIVER, *(t for source in upstream for t in self.topology.task_ids(source))])
             readers = self.topology.reader_tasks(component)
-            self.tasks[task_id] = HostedTask(task, message.base_wave + 1, producers, readers)
+            self.tasks[task_id] = HostedTask(task, readers)
+            waves[task_id] = (message.base_wave + 1, producers)
         self._release_dropped(settings.run_id, previous)
-        self._release_ahead()
+        self._carry_out(self.gate.handle(Assigned(self.generation, waves)))  # what came early for this generation
 
     def _release_dropped(self, run_id: str, previous: list[BoltTask]) -> None:
         """Task instances this worker no longer runs (restarted from a snapshot, or hosted elsewhere now) release
@@ -295,14 +293,6 @@ class Worker:
         if any(id(task) not in running for task in previous):
             previous.clear()
             gc.collect()
-
-    def _release_ahead(self) -> None:
-        ahead, self.ahead = self.ahead, []
-        for early in ahead:  # what peers sent this generation before its Assign came: in the order it came
-            if early.generation == self.generation:
-                self.local.append(early)
-            elif early.generation > self.generation:
-                self.ahead.append(early)
 
     def _load_weights(self, settings: RunSettings) -> TaskWeights | None:
         return self.weights if settings.load_aware else None
@@ -385,28 +375,22 @@ class Worker:
 
     # -- waves ---------------------------------------------------------------------
     def _deliver(self, batch: Batch) -> None:
-        hosted = self.tasks[batch.target]
-        if batch.wave != hosted.wave or batch.wave not in self.times:  # a later wave, or one not begun here
-            hosted.held[batch.wave].append(batch)
-            return
-        self._execute(hosted, batch)
+        self._carry_out(self.gate.handle(Arrived(batch, batch=True)))
 
-    def _execute(self, hosted: HostedTask, batch: Batch) -> None:
+    def _execute(self, task_id: int, batch: Batch) -> None:
+        hosted = self.tasks[task_id]
         task = hosted.task
         if not hosted.started:
             hosted.started = True
-            task.begin_wave(self.generation, hosted.wave)
+            task.begin_wave(self.generation, batch.wave)
             task.collector.ship = self._send
-            use_simulated_time(self.times.get(hosted.wave))
+            use_simulated_time(self.times.get(batch.wave))
         if batch.values:
             execute_batch(task, batch)
-        if batch.last:
-            hosted.waiting.discard(batch.producer)
-            if not hosted.waiting:
-                self._end_wave(hosted)
 
-    def _end_wave(self, hosted: HostedTask) -> None:
-        task, wave = hosted.task, hosted.wave
+    def _end_wave(self, task_id: int, wave: int) -> None:
+        hosted = self.tasks[task_id]
+        task = hosted.task
         collector = task.collector
         for batch in collector.take_last_batches(hosted.readers):
             self._send(batch)
@@ -418,56 +402,39 @@ class Worker:
             except Exception as exc:
                 log.error("%s task %d: pre_commit(%d) raised", task.component, task.task, checkpoint, exc_info=True)
                 collector.report_error(exc)
-        snapshot = written = None
-        if self.store is not None:
-            snapshot, written = self._interval_snapshot(task, wave, status.executed)
-        elif status.executed or (task.state is not None and task.state.changed):
-            snapshot = task.snapshot(wave)
-            status.unpicklable = sorted(task.unpicklable)
+        written = self._interval_snapshot(task, wave, status.executed) if self.store is not None else None
         part = None
         if checkpoint is not None and task.state is not None and self.state_provider is not None:
             part = self._write_part(task, checkpoint)
         if task.state is not None and task.state.blobs is not None:
             task.state.blobs.end_wave(wave)
         acks = collector.take_acks()
-        if self.acker_workers:  # the ackers are on the workers: the acks go there, not to the driver
-            if wave not in self.replay_waves:  # a replayed wave's acks were applied the first time
-                self._send_acks(wave, task, acks)
-            acks = None
-        captured = collector.captured
-        report = TaskReport(
-            self.generation, wave, task.component, task.task, status, acks, snapshot, captured, written, part
-        )
+        if self.acker_workers and wave not in self.replay_waves:  # a replayed wave's acks were applied before
+            self._send_acks(wave, task, acks)
+        report = TaskReport(self.generation, wave, task.component, task.task, status, collector.captured, written, part)
         self._report(wave, report)
-        oldest = min((other.wave for other in self.tasks.values() if other is not hosted), default=wave + 1)
-        for done in [w for w in self.times if w < min(oldest, wave + 1)]:
+        hosted.started = False
+        oldest = min(self.gate.wave_of(other) for other in self.tasks)  # the gate has this task on the next wave
+        for done in [w for w in self.times if w < oldest]:
             del self.times[done]  # no task here still needs that wave's time
             self.checkpoints.pop(done, None)
             self.snapshot_waves.discard(done)
             self.replay_waves.discard(done)
-        hosted.wave, hosted.started = wave + 1, False
-        hosted.waiting = set(hosted.producers)
-        if hosted.wave in self.times:  # else its WaveInput releases what is held
-            for batch in hosted.held.pop(hosted.wave, ()):
-                self._execute(hosted, batch)
 
-    def _interval_snapshot(self, task: BoltTask, wave: int, executed: int) -> tuple[Snapshot | None, Snapshot | None]:
-        """Snapshots on an interval: a stateful task still reports what its state changed, every wave; at the end
-        of a snapshot wave a task that executed anything since its last snapshot writes its state to the store.
-        A task that executed anything since is no longer its last snapshot's live instance."""
-        delta = None
-        if task.state is not None and task.state.changed and self.state_provider is None:
-            delta = task.snapshot(wave)
+    def _interval_snapshot(self, task: BoltTask, wave: int, executed: int) -> Snapshot | None:
+        """Snapshots on an interval: at the end of a snapshot wave, a task that executed anything since its last
+        snapshot writes its state to the store (where it is written is returned). A task that executed anything
+        since is no longer its last snapshot's live instance."""
         if executed:
             task.dirty, task.version = True, UNSAVED
         if wave not in self.snapshot_waves or not task.dirty:
-            return delta, None
+            return None
         started = time.perf_counter()
         path = self.store.write_task(wave, task.task, task.whole_snapshot(wave))
         task.collector.status.snapshot_seconds = time.perf_counter() - started
         task.collector.status.unpicklable = sorted(task.unpicklable)
         task.dirty = False
-        return delta, Snapshot(wave, b"", path=path)
+        return Snapshot(wave, b"", path=path)
 
     def _write_part(self, task: BoltTask, checkpoint: int) -> tuple[int, bool] | None:
         """The task's part of ``checkpoint``, written through the state provider: what its state changed since

@@ -157,10 +157,6 @@ class FileStateProvider:
             if doomed(number, kind):
                 os.remove(path)
 
-    def save(self, checkpoint: int, layout: dict[str, list[int]], deltas: dict[int, StateDelta]) -> None:
-        """Checkpoint ``checkpoint``: what each task's state changed since the one before."""
-        self._write(self._path("delta", checkpoint), {"layout": layout, "deltas": deltas})
-
     # -- checkpoints whose parts the tasks write --------------------------------------------
     def _part_path(self, checkpoint: int, task: int) -> str:
         return os.path.join(self.directory, f"part-{checkpoint:012d}-{task}.pickle")
@@ -283,18 +279,6 @@ class RedisStateProvider:
 
     def _load(self, sealed: bytes, what: str) -> Any:
         return pickle.loads(self.sealer.open(sealed, f"{self.directory}: {what}"))
-
-    def save(self, checkpoint: int, layout: dict[str, list[int]], deltas: dict[int, StateDelta]) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        for task, delta in deltas.items():
-            name = f"{self.prefix}:task:{task}"
-            if delta.deletes:
-                pipe.hdel(name, *(self._sign(k) for k in delta.deletes))
-            if delta.puts:
-                pipe.hset(name, mapping={self._sign(k): self._seal(v) for k, v in delta.puts.items()})
-        pipe.set(f"{self.prefix}:layout", json.dumps(layout))
-        pipe.set(f"{self.prefix}:checkpoint", checkpoint)
-        pipe.execute()
 
     def compact(self, checkpoint: int, layout: dict[str, list[int]], states: dict[int, dict[Any, Any]]) -> None:
         """Every task's whole state, replacing what is stored; only needed when the tasks changed, since each

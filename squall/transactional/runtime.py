@@ -137,7 +137,6 @@ class TransactionalRun:
             workers,
             self.conf[cfg.SQUALL_WAVE_MAX_FAILURES],
             name,
-            0,
             replace_timeout=self.conf[cfg.SQUALL_WORKER_REPLACE_TIMEOUT_SECS],
             keys=run_keys(self.conf, dict(sc.getConf().getAll())),
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],

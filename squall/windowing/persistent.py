@@ -138,7 +138,7 @@ class PersistentWindowedBoltExecutor(WindowedBoltExecutor, StatefulBolt):
             self._size = max(16, min(PARTITION, bound // 4))
         elif bound is not None:
             log.warning(
-                "windowed bolt %s: this runtime keeps every task's state in one process (TestCluster), so its"
+                "windowed bolt %s: its state has no store for sealed partitions (no state provider), so its"
                 " windows are not bounded to %d events in memory",
                 self._component,
                 bound,
