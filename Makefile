@@ -7,7 +7,7 @@ COMPILED := $(VENV)/.compiled
 HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/model/groupings.py squall/model/hashing.py \
 	squall/model/attempt.py \
 	squall/model/_keyhash.pyx \
-	squall/spark/collectors.py squall/spark/collectors.pxd squall/spark/_atomic.pyx squall/spark/_xor_fold.pyx \
+	squall/spark/collectors.py squall/spark/collectors.pxd squall/spark/_atomic.pyx squall/reliability/_xor_fold.pyx \
 	squall/spark/execution.py squall/spark/execution.pxd \
 	squall/spark/spouts.py \
 	squall/connectors/kafka/spout.py \

@@ -25,7 +25,7 @@ setup(
             # whether a plain bolt's large container holds atomic values only, before its snapshot pickles it
             Extension("squall.spark._atomic", ["squall/spark/_atomic.pyx"]),
             # a task's acks XOR-folded per root at the end of each wave
-            Extension("squall.spark._xor_fold", ["squall/spark/_xor_fold.pyx"]),
+            Extension("squall.reliability._xor_fold", ["squall/reliability/_xor_fold.pyx"]),
         ],
         language_level=3,
         quiet=True,

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from squall.spark.protocol import ACK, FAIL, RESET, AckBatch
+from squall.reliability.acks import ACK, FAIL, RESET, AckBatch
 
 messages = st.lists(
     st.tuples(st.integers(1, 6), st.integers(0, 2**64 - 1), st.sampled_from([ACK, FAIL, RESET])), max_size=40

@@ -6,7 +6,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from squall.spark.protocol import ACK, FAIL, RESET, AckBatch
+from squall.reliability.acks import ACK, FAIL, RESET, AckBatch
 from squall.spark.trees import PendingTrees
 
 

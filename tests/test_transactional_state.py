@@ -1,8 +1,11 @@
 import contextlib
 import math
 import operator
+import tempfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squall.transactional import OpaqueValue, SqliteKeyedState, TransactionalValue
 
@@ -95,3 +98,60 @@ def test_keyed_state_keeps_every_json_value_exactly(tmp_path, json_functions):
     again = s.update(3, {"big": 5, "float": 1.0, "nan": 1.0})  # txid 3 is in "nan" already
     assert again["big"] == TransactionalValue(2**80 + 6, 3) and again["float"] == TransactionalValue(0.1 + 0.2 + 1.0, 3)
     assert math.isnan(again["nan"].value) and again["nan"].txid == 3 and math.isnan(s.get("nan").value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 6),  # txid: repeats are replays
+            st.dictionaries(
+                st.sampled_from(["a", "b", "c", ("t", 1), 7]),
+                st.one_of(st.integers(-5, 5), st.integers(2**51, 2**70), st.floats(-3, 3), st.booleans()),
+                max_size=4,
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_counts_added_in_sqlite_match_the_transactional_rule(batches):
+    """Integer counts are added in SQLite itself; anything else (a float, a count too large to add exactly there, a
+    stored value that is not such an integer) takes the general path. Either way the state is what
+    ``TransactionalValue.updated`` says, batch after batch, replays included."""
+    with tempfile.TemporaryDirectory() as where:
+        state = SqliteKeyedState(f"{where}/counts.sqlite", "counts")
+        expected: dict = {}
+        try:
+            for txid, deltas in batches:
+                returned = state.update(txid, deltas)
+                for key, delta in deltas.items():
+                    before = expected.get(key, TransactionalValue(0, 0))
+                    expected[key] = before.updated(txid, delta)
+                    assert returned[key] == expected[key]
+            assert state.items() == expected
+        finally:
+            state.close()
+
+
+def test_counts_added_in_sqlite_skip_a_replayed_txid_and_read_back_exactly(tmp_path):
+    state = SqliteKeyedState(tmp_path / "counts.sqlite", "counts")
+    state.update(1, {"a": 2, "b": 3})
+    assert state.update(1, {"a": 100, "c": 1}) == {"a": TransactionalValue(2, 1), "c": TransactionalValue(1, 1)}
+    assert state.update(2, {"a": -2, "b": 2**51}) == {
+        "a": TransactionalValue(0, 2),
+        "b": TransactionalValue(3 + 2**51, 2),
+    }
+    assert state.items() == {
+        "a": TransactionalValue(0, 2),
+        "b": TransactionalValue(3 + 2**51, 2),
+        "c": TransactionalValue(1, 1),
+    }
+    state.close()
+
+
+def test_counts_too_large_for_sqlites_integers_are_added_exactly(tmp_path):
+    state = SqliteKeyedState(tmp_path / "counts.sqlite", "counts")
+    state.update(1, {"a": 2**62, "b": 2**70})
+    state.update(2, {"a": 2**62, "b": 1})
+    assert state.items() == {"a": TransactionalValue(2**63, 2), "b": TransactionalValue(2**70 + 1, 2)}
+    state.close()

@@ -15,10 +15,11 @@ from squall.model.attempt import TransactionAttempt
 from squall.model.components import DEFAULT_STREAM
 from squall.model.topology import Topology
 from squall.model.tuple import Tuple
+from squall.reliability.acks import AckBatch, draw_edges
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages
 from squall.reliability.ids import IdGenerator
 from squall.spark.load import TaskWeights
-from squall.spark.protocol import AckBatch, Batch, TaskStatus
+from squall.spark.protocol import Batch, TaskStatus
 from squall.spark.records import EmitChecker, Routes, direct_target
 
 log = logging.getLogger("squall")
@@ -247,17 +248,9 @@ class OutputCollector:
             batch.roots, batch.edges = [0] * len(batch.values), [0] * len(batch.values)
             return batch
         roots = rows.roots()
-        in_tree = roots != 0
-        count = int(np.count_nonzero(in_tree))
-        if count == len(roots):  # every row in one tree: the common case
-            edges = self.ids.next_ids(count)
-            self._entered.append((roots, edges))
-        else:
-            edges = np.zeros(len(roots), dtype=np.uint64)
-            if count:
-                fresh = self.ids.next_ids(count)
-                edges[in_tree] = fresh
-                self._entered.append((roots[in_tree], fresh))
+        edges, entering, entered = draw_edges(roots, self.ids.next_ids)
+        if len(entering):
+            self._entered.append((entering, entered))  # XORed in with the wave's acks
         batch.roots, batch.edges = roots, edges
         return batch
 

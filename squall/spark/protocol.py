@@ -5,15 +5,16 @@ Every message is a named, slotted dataclass; nothing is read by position.
 * ``Hello``        worker -> driver: a worker task (attempt) has connected.
 * ``Assign``       driver -> worker: the tasks it hosts, where every task lives, and the state to start from.
 * ``WaveInput``    driver -> worker: a wave begins: its spout calls, timeouts and ticks due (``TicksDue``), and
-                   the driver's tuples when spouts run in the driver's process (``TestCluster``).
+                   the ``Commit`` of the last wave completed.
 * ``Commit``       driver -> worker: a wave completed; the ackers apply its acks.
 * ``Release``      driver -> worker: a stateful checkpoint completed; the acks it held are applied.
-* ``AckerInput``   bolt task -> acker's worker: one wave's acks for the acker tasks there.
+* ``AckerInput``   bolt task -> acker's worker: one wave's acks for the acker tasks there (an ``AckBatch``:
+                   ``squall/reliability/acks.py``).
 * ``SpoutReport``  worker -> driver: its spout tasks' counters for one wave.
 * ``Batch``        task -> task, worker to worker: a producer's tuples for one target task in one wave; ``last``
                    ends its part.
-* ``TaskReport``   worker -> driver: a task finished a wave: its counters, ``AckBatch`` and new snapshot.
-* ``AckBatch``     a task's ack messages of one wave, XOR-reduced per root (vectorized), inside its report.
+* ``TaskReport``   worker -> driver: a task finished a wave: its counters, and where it wrote its snapshot.
+* ``WorkerReport`` worker -> driver: every report of a wave from one worker, in one message.
 * ``Stop``         driver -> worker: the run is over.
 
 A transactional topology's batches travel in messages of its own (``squall/transactional/messages.py``), through
@@ -38,16 +39,16 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from types import FunctionType
 from typing import Any, BinaryIO
 
 import numpy as np
-import pyarrow as pa
 from pyspark import cloudpickle
 
 from squall.model.tuple import TICK_COMPONENT, TICK_STREAM
+from squall.reliability.acks import AckBatch
 from squall.security.handshake import FRAME_HEADER, HandshakeFailed, LinkKeys, Session, client_handshake
 
 log = logging.getLogger("squall.links")
@@ -239,117 +240,6 @@ class AckerInput:
     task: int
     acks: AckBatch
     held: bool
-
-
-# -- acks ----------------------------------------------------------------------------------
-# A task's collector buffers ``(root, value, kind)`` for every ack, fail and ``reset_timeout``; at the end of
-# the wave they become one ``AckBatch`` with a row per root (values XORed, fail and reset flags ORed). The
-# driver folds the batches of all tasks again (a root may be in several tasks) and hands each acker partition
-# (``root mod topology.acker.executors``) its rows. No shuffle carries acks: they ride in the task reports,
-# which the driver applies once per (wave, task).
-ACK, FAIL, RESET = 0, 1, 2
-try:  # acks folded per root in C (setup.py builds it where a compiler is)
-    from squall.spark._xor_fold import xor_fold as _xor_fold
-except ImportError:
-    _xor_fold = None
-RUN_FOLD_SHARE = 4  # runs of one root are folded before hashing when a quarter of the rows or more repeat the last
-
-
-@wire
-@dataclass(frozen=True, slots=True)
-class AckBatch:
-    """One row per root."""
-
-    roots: np.ndarray  # uint64
-    xors: np.ndarray  # uint64
-    failed: np.ndarray  # bool
-    reset: np.ndarray  # bool
-
-    def __len__(self) -> int:
-        return len(self.roots)
-
-    @classmethod
-    def empty(cls) -> AckBatch:
-        return cls(np.empty(0, np.uint64), np.empty(0, np.uint64), np.empty(0, bool), np.empty(0, bool))
-
-    @classmethod
-    def reduce(
-        cls, roots: np.ndarray, xors: np.ndarray, failed: np.ndarray | None = None, reset: np.ndarray | None = None
-    ) -> AckBatch:
-        """Rows with repeated roots folded into one: values XORed, flags ORed (no flags: none set).
-
-        Runs of one root (a tuple's children, emitted and acked one after the other) are folded first, in one
-        pass; the rows left are grouped by hashing, in time linear in the rows (acks alone in C, ``_xor_fold``;
-        else Arrow's dictionary encoding), then XORed into their root's slot. The roots come out in order of
-        first appearance.
-        """
-        if len(roots) == 0:
-            return cls.empty()
-        failed = failed if failed is not None and failed.any() else None
-        reset = reset if reset is not None and reset.any() else None
-        repeats = roots[1:] == roots[:-1]
-        if np.count_nonzero(repeats) * RUN_FOLD_SHARE >= len(roots):
-            starts = np.flatnonzero(np.concatenate(([True], ~repeats)))
-            roots, xors = roots[starts], np.bitwise_xor.reduceat(xors, starts)
-            failed = None if failed is None else np.logical_or.reduceat(failed, starts)
-            reset = None if reset is None else np.logical_or.reduceat(reset, starts)
-        if failed is None and reset is None and _xor_fold is not None and roots.all():  # acks only: in C
-            unique, folded = _xor_fold(np.ascontiguousarray(roots, np.uint64), np.ascontiguousarray(xors, np.uint64))
-            return cls(unique, folded, np.zeros(len(unique), bool), np.zeros(len(unique), bool))
-        encoded = pa.array(roots, pa.uint64()).dictionary_encode()
-        slot = encoded.indices.to_numpy()
-        unique = encoded.dictionary.to_numpy()
-        folded = np.zeros(len(unique), np.uint64)
-        np.bitwise_xor.at(folded, slot, xors)
-        any_failed = np.zeros(len(unique), bool)
-        if failed is not None:
-            any_failed[slot[failed]] = True
-        any_reset = np.zeros(len(unique), bool)
-        if reset is not None:
-            any_reset[slot[reset]] = True
-        return cls(unique, folded, any_failed, any_reset)
-
-    @classmethod
-    def from_messages(cls, roots, values, kinds) -> AckBatch:
-        """One row per message (lists or arrays): ``kinds`` are ``ACK``, ``FAIL`` or ``RESET``."""
-        kind = np.asarray(kinds, np.uint8)
-        return cls.reduce(
-            np.asarray(roots, np.uint64).reshape(-1),
-            np.asarray(values, np.uint64).reshape(-1),
-            kind == FAIL,
-            kind == RESET,
-        )
-
-    @classmethod
-    def from_acks(cls, roots: np.ndarray, edges: np.ndarray, failed: list[int], reset: list[int]) -> AckBatch:
-        """``(root, edge)`` ack rows (uint64 arrays), then the roots of ``fail`` and of ``reset_timeout`` calls."""
-        if not failed and not reset:
-            return cls.reduce(roots, edges)
-        flagged = np.array(failed + reset, np.uint64)
-        kinds = np.zeros(len(roots) + len(flagged), np.uint8)
-        kinds[len(roots) : len(roots) + len(failed)] = FAIL
-        kinds[len(roots) + len(failed) :] = RESET
-        return cls.from_messages(
-            np.concatenate([roots, flagged]), np.concatenate([edges, np.zeros(len(flagged), np.uint64)]), kinds
-        )
-
-    @classmethod
-    def combine(cls, batches: Iterable[AckBatch]) -> AckBatch:
-        batches = [b for b in batches if len(b)]
-        if not batches:
-            return cls.empty()
-        if len(batches) == 1:
-            return batches[0]
-        columns = zip(*((b.roots, b.xors, b.failed, b.reset) for b in batches), strict=True)
-        return cls.reduce(*(np.concatenate(c) for c in columns))
-
-    def by_partition(self, partitions: int) -> list[AckBatch]:
-        """The rows of each acker partition (``root mod partitions``)."""
-        which = self.roots % np.uint64(partitions)
-        return [
-            AckBatch(self.roots[m], self.xors[m], self.failed[m], self.reset[m])
-            for m in (which == np.uint64(p) for p in range(partitions))
-        ]
 
 
 @wire

@@ -25,6 +25,7 @@ import numpy as np
 from squall.model.components import DEFAULT_STREAM
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
 from squall.model.topology import Topology, TopologyContext
+from squall.reliability.acks import draw_edges
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
 from squall.spark.failures import ErrorStreak, TaskSetupError
@@ -344,17 +345,10 @@ class SpoutHost:
             for batch in batches:
                 if not any(batch.roots):
                     continue
-                batch_roots = np.array(batch.roots, dtype=np.uint64)
-                in_tree = batch_roots != 0
-                fresh = self.trees.new_edges(int(np.count_nonzero(in_tree)))
-                if len(fresh) == len(batch_roots):
-                    batch_edges = fresh
-                else:  # ticks and untracked tuples mixed in: they carry no edge
-                    batch_edges = np.zeros(len(batch_roots), dtype=np.uint64)
-                    batch_edges[in_tree] = fresh
-                batch.roots, batch.edges = batch_roots, batch_edges
-                roots.append(batch_roots[in_tree])
-                edges.append(fresh)
+                batch.roots = np.array(batch.roots, dtype=np.uint64)
+                batch.edges, entering, entered = draw_edges(batch.roots, self.trees.new_edges)
+                roots.append(entering)  # the trees' inits
+                edges.append(entered)
         if roots:
             self.settle(self.trees.merge_inits(np.concatenate(roots), np.concatenate(edges)))
         return inputs

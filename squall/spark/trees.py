@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from squall.reliability.acks import AckBatch
 from squall.reliability.ids import IdGenerator
 from squall.reliability.ledger import Outcome, PartitionedLedger
-from squall.spark.protocol import AckBatch
 
 SEQUENCE_BITS = 40  # trees per run before roots repeat: about 10^12
 

@@ -46,6 +46,7 @@ from squall.model.config import (
     SQUALL_WORKER_GC_THRESHOLD,
 )
 from squall.model.state import StateDelta, dump_delta
+from squall.reliability.acks import AckBatch
 from squall.security.keys import RunKeys
 from squall.security.sealing import BlobSealer
 from squall.spark.bolt_task import LIVE, UNSAVED, BoltTask, forget_other_runs, keep_live, start_task
@@ -56,7 +57,6 @@ from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
     DRIVER,
     FINAL_REPORT,
-    AckBatch,
     AckerInput,
     Assign,
     Batch,

@@ -35,9 +35,9 @@ from collections.abc import Callable
 
 from squall.model.topology import Topology
 from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
+from squall.reliability.acks import AckBatch
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import (
-    AckBatch,
     AckerInput,
     Batch,
     RunSettings,
