@@ -286,16 +286,17 @@ class TopologyRun:
         self.stats.restarts = self.scheduler.recoveries
         self._note_idle(bool(emits) or not self._wanted_active)
         self._stop_if_repeated()
-        # Idle when the waves that completed brought no emit and settled no tree, no tick went out, and no acks are
-        # on their way to be applied: the caller may pause before the next one (spouts held back by
-        # topology.max.spout.pending wait for acks).
-        moved = emits or ticks or self._settled_seen != settled_before or self._acks_due
-        self._quiet = not moved
-        if not moved:  # the caller may pause: the acks of the waves just completed are applied meanwhile
-            self.scheduler.flush_commit()
+        # Quiet when waves completed and brought no emit, settled no tree, sent no tick and left no acks on their
+        # way to be applied (spouts held back by topology.max.spout.pending wait for acks). A step in which no
+        # wave completed learned nothing: the waves go on pipelined.
+        moved = bool(emits or ticks or self._settled_seen != settled_before or self._acks_due)
+        if moved or not completed:
+            self._quiet = False
+            return WaveInfo(emits, emits + ticks, completed, confirming=not moved)
+        self.scheduler.flush_commit()  # the caller may pause: the acks of the waves just completed apply meanwhile
+        self._quiet = True
         # Idle only when this wave, alone in flight, completed and moved nothing (a restart drops a wave).
-        confirmed = quiet and completed > 0
-        return WaveInfo(emits, emits + ticks, completed if moved else 0, confirming=not moved and not confirmed)
+        return WaveInfo(0, 0, 0, confirming=not quiet)
 
     def _abandon_dropped_checkpoints(self) -> None:
         """A checkpoint whose wave a worker loss dropped will not complete: the next one is due at once."""
