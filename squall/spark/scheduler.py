@@ -257,9 +257,7 @@ class WaveScheduler:
         self._launches += 1
         launch, hub, workers = self._launches, self.hub, self.workers
         if self._here is not None:
-            self.worker_here = InProcessWorker(
-                self.settings.run_id, self._here, hub.address, self.keys, launch, workers, self.name
-            )
+            self._start_here()
         if not workers:
             self._job = None
             return
@@ -507,6 +505,10 @@ class WaveScheduler:
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {self._fatal}")
             log.error("%s", self.failure)
             return
+        self._start_here()
+
+    def _start_here(self) -> None:
+        """The worker in this process, for the current launch: numbered after the Spark job's workers."""
         self.worker_here = InProcessWorker(
             self.settings.run_id, self._here, self.hub.address, self.keys, self._launches, self.workers, self.name
         )

@@ -569,7 +569,6 @@ class InProcessWorker:
         name: str,
     ) -> None:
         self.worker: Worker | None = None  # once it is set up
-        self.error: BaseException | None = None
         body = partial(_run_worker, run_id, shipped, address, keys, launch, index, self._started)
         self._thread = threading.Thread(target=self._run, args=(body,), name=f"squall-spouts-{name}", daemon=True)
         self._thread.start()
@@ -581,7 +580,6 @@ class InProcessWorker:
         try:
             body()
         except BaseException as exc:  # the hub hears of it as a lost worker
-            self.error = exc
             log.error("the worker in the driver's process stopped", exc_info=exc)
 
     @property
