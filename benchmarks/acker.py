@@ -1,9 +1,9 @@
-"""Acker ledger: memory per pending root and merge rate of XOR-reduced acks.
+"""The acker: memory per pending root and merge rate of XOR-reduced acks.
 
 Prints one ``name=value`` per line, for 1M and 10M pending roots. Each wave
 merges 100,000 reduced ack rows for pending roots (half of them completing
-their tree) plus one init row per completed root, so the ledger stays at its
-size. The same waves are run against a plain dict ledger for a ratio.
+their tree) plus one init row per completed root, so the acker stays at its
+size. The same waves are run against a plain dict of pending roots for a ratio.
 
     python benchmarks/acker.py [--sizes 1000000,10000000] [--waves 10]
 """
@@ -18,7 +18,7 @@ import tracemalloc
 
 import numpy as np
 
-from squall.reliability import AckLedger
+from squall.reliability import ACKED, AckBatch, Acker, Acks, Init
 
 WAVE = 100_000
 
@@ -27,12 +27,12 @@ def random_ids(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(1, 2**64, n, dtype=np.uint64)
 
 
-def filled_ledger(roots: np.ndarray, vals: np.ndarray) -> AckLedger:
-    ledger = AckLedger()
+def filled_acker(roots: np.ndarray, vals: np.ndarray) -> Acker:
+    acker = Acker()
     for start in range(0, len(roots), 1_000_000):  # arrive in waves of inits
         end = start + 1_000_000
-        ledger.merge(roots[start:end], vals[start:end], init_tasks=np.full(len(roots[start:end]), 1))
-    return ledger
+        acker.handle(Init(roots[start:end], vals[start:end], np.full(len(roots[start:end]), 1)))
+    return acker
 
 
 def plan_waves(rng, roots, vals, waves):
@@ -56,16 +56,15 @@ def plan_waves(rng, roots, vals, waves):
     return plans
 
 
-def run_numpy(ledger: AckLedger, plans) -> tuple[float, int]:
+def run_numpy(acker: Acker, plans) -> tuple[float, int]:
     rows = 0
     start = time.perf_counter()
     for ack_roots, ack_vals, new_roots, new_vals in plans:
-        roots = np.concatenate([ack_roots, new_roots])
-        vals = np.concatenate([ack_vals, new_vals])
-        tasks = np.concatenate([np.full(len(ack_roots), -1), np.full(len(new_roots), 1)])
-        out = ledger.merge(roots, vals, init_tasks=tasks)
-        assert len(out.completed) == WAVE // 2
-        rows += len(roots)
+        none = np.zeros(len(ack_roots), bool)
+        settled = acker.handle(Acks(AckBatch(ack_roots, ack_vals, none, none)))
+        acker.handle(Init(new_roots, new_vals, np.full(len(new_roots), 1)))
+        assert len(settled.where(ACKED)) == WAVE // 2
+        rows += len(ack_roots) + len(new_roots)
     return time.perf_counter() - start, rows
 
 
@@ -110,16 +109,16 @@ def main() -> None:
     for n in (int(s) for s in args.sizes.split(",")):
         rng = np.random.default_rng(n)
         roots, vals = random_ids(rng, n), random_ids(rng, n)
-        ledger, held = held_bytes(lambda: filled_ledger(roots, vals))  # noqa: B023
-        assert len(ledger) == n
+        acker, held = held_bytes(lambda: filled_acker(roots, vals))  # noqa: B023
+        assert len(acker) == n
         print(f"pending_roots={n}")
         print(f"bytes_per_pending_root={held / n:.2f}")
-        print(f"column_bytes_per_pending_root={ledger.nbytes / n:.2f}")
+        print(f"column_bytes_per_pending_root={acker.nbytes / n:.2f}")
         plans = plan_waves(rng, roots, vals.copy(), args.waves)
-        seconds, rows = run_numpy(ledger, plans)
+        seconds, rows = run_numpy(acker, plans)
         rate = rows / seconds
         print(f"acks_per_second={rate:,.0f}".replace(",", "_"))
-        print(f"bytes_per_pending_root_after_waves={ledger.nbytes / len(ledger):.2f}")
+        print(f"bytes_per_pending_root_after_waves={acker.nbytes / len(acker):.2f}")
         if n <= args.dict_max:
             pending, dict_held = held_bytes(
                 lambda: {r: [v, 1, False] for r, v in zip(roots.tolist(), vals.tolist(), strict=True)}  # noqa: B023
@@ -131,7 +130,7 @@ def main() -> None:
             print(f"speedup_vs_dict={rate / dict_rate:.1f}")
             print(f"memory_ratio_vs_dict={held / dict_held:.3f}")
             del pending
-        del ledger, plans
+        del acker, plans
         gc.collect()
 
 

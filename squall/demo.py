@@ -7,11 +7,23 @@ the spout tuple completes.
 
 from __future__ import annotations
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from squall.model import BasicBolt, Bolt, Fields, Spout, TopologyBuilder, Tuple
-from squall.reliability import AckLedger, IdGenerator, ack_messages, anchor, enter_messages, spout_edges
+from squall.reliability import (
+    ACKED,
+    AckBatch,
+    Acker,
+    Acks,
+    IdGenerator,
+    Init,
+    ack_messages,
+    anchor,
+    enter_messages,
+    spout_edges,
+)
 
 
 class SentenceSpout(Spout):
@@ -62,10 +74,10 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
     init_value, (edge,) = spout_edges(root, 1, ids.next_id)
     spout_tuple = Tuple([sentence], Fields("sentence"), "sentences", spout_task, anchors_to_ids=edge)
 
-    ledger = AckLedger()
+    acker = Acker()
     console.rule("[bold]One sentence through the acker")
     console.print(f"spout task {spout_task} emits {sentence!r} as root {root:#018x} to split task {split_task}")
-    ledger.init(root, init_value, spout_task)
+    acker.handle(Init(np.array([root], np.uint64), np.array([init_value], np.uint64), np.array([spout_task])))
 
     count_route = (
         topo.components["count"]
@@ -81,9 +93,9 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
 
     def send(step: str, message: tuple[int, int]) -> None:
         r, value = message
-        outcome = ledger.ack(r, value)
-        entry = ledger.entry(root)
-        settled = ", ".join(f"task {t} acks root {x:#x}" for t, x in outcome.completed.pairs())
+        settlement = acker.handle(Acks(AckBatch.reduce(np.array([r], np.uint64), np.array([value], np.uint64))))
+        entry = acker.entry(root)
+        settled = ", ".join(f"task {t} acks root {x:#x}" for t, x in settlement.pairs(ACKED))
         table.add_row(step, f"xor({value:#018x})", f"{entry.value:#018x}" if entry else "0 (done)", settled)
 
     for tup, _ in words:  # in split's wave report, with its ack of the sentence
@@ -95,7 +107,7 @@ def run(console: Console | None = None, sentence: str = "the cow jumped over the
         (message,) = ack_messages(tup)
         send(f"count task {count_task} acks {tup[0]!r}", message)
     console.print(table)
-    complete = root not in ledger and len(ledger) == 0
+    complete = root not in acker and len(acker) == 0
     console.print(
         "[green]tree complete: the spout's ack(msg_id) is due[/green]" if complete else "[red]tree still pending[/red]"
     )

@@ -1,6 +1,6 @@
 """Storm's RotatingMap: a map whose entries expire after a fixed number of rotations.
 
-A test oracle: squall's acker ledger (``squall/reliability/ledger.py``) keeps its timeout buckets in columns, and
+A test oracle: squall's acker (``squall/reliability/acker.py``) keeps its timeout buckets in columns, and
 ``tests/test_ledger.py`` checks that they expire entry for entry as this map does.
 
 The map holds ``num_buckets`` dicts. ``put`` places a key in the newest bucket

@@ -1,8 +1,9 @@
 """Property tests: the XOR acker completes a tree exactly when every tuple in it is acked.
 
-Messages reach the ledger in waves, in any order but one: a tuple's enter message
+Messages reach the acker tasks in waves, in any order but one: a tuple's enter message
 (sent with the wave that emitted it) is never applied after its parent's ack, as a
-task reports a wave's emits and acks together and the driver applies whole waves.
+task reports a wave's emits and acks together and whole waves are applied. Each wave's
+inits reach their acker before its acks, as the spout tasks' host sends them.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from squall.reliability import (
-    AckLedger,
+    ACKED,
+    FAILED,
+    AckBatch,
+    Acker,
+    Acks,
     IdGenerator,
-    PartitionedLedger,
+    Init,
     ack_messages,
+    acker_partition,
     anchor,
     enter_messages,
     spout_edges,
 )
+from squall.reliability.acks import ACK, FAIL
 
 
 @dataclass
@@ -103,22 +110,23 @@ def build_dags(seed: int, n_roots: int, n_steps: int, ack_prob: float, fail_prob
     return roots, messages, fully_acked, failed_roots, precedes
 
 
-def reduce_wave(wave: list[Msg]):
-    roots, xors, tasks, failed = {}, {}, {}, {}
-    for m in wave:
-        roots[m.root] = True
-        xors[m.root] = xors.get(m.root, 0) ^ m.value
-        if m.kind == "init":
-            tasks[m.root] = m.task
-        if m.kind == "fail":
-            failed[m.root] = True
-    keys = list(roots)
-    return (
-        np.array(keys, dtype=np.uint64),
-        np.array([xors[k] for k in keys], dtype=np.uint64),
-        np.array([tasks.get(k, -1) for k in keys]),
-        np.array([failed.get(k, False) for k in keys]),
+def deliver(ackers: list[Acker], wave: list[Msg]):
+    """One wave's messages to their acker tasks (``root mod len(ackers)``): its inits, then its acks and fails,
+    folded per root. Returns what they settled."""
+    inits = [m for m in wave if m.kind == "init"]
+    rest = [m for m in wave if m.kind != "init"]
+    roots = np.array([m.root for m in inits], np.uint64)
+    values = np.array([m.value for m in inits], np.uint64)
+    tasks = np.array([m.task for m in inits])
+    acks = AckBatch.from_messages(
+        [m.root for m in rest], [m.value for m in rest], [FAIL if m.kind == "fail" else ACK for m in rest]
     )
+    settled = []
+    for task, acker in enumerate(ackers):
+        mine = acker_partition(roots, len(ackers)) == task
+        settled.append(acker.handle(Init(roots[mine], values[mine], tasks[mine])))
+        settled.append(acker.handle(Acks(acks.by_partition(len(ackers))[task])))
+    return settled
 
 
 def expected_settlement(roots, wave_of, messages, fully_acked, failed_roots):
@@ -160,19 +168,19 @@ def test_root_settles_exactly_when_its_tree_is_done(seed, n_roots, n_steps, ack_
     expect = expected_settlement(roots, wave_of, messages, fully_acked, failed_roots)
     task_of = {m.root: m.task for m in messages if m.kind == "init"}
 
-    ledger = PartitionedLedger(partitions) if partitions > 1 else AckLedger()
+    ackers = [Acker(task) for task in range(partitions)]
     seen: dict[int, tuple[str, int]] = {}
     for wave in range(waves):
         delivered = [m for i, m in enumerate(messages) if wave_of[i] == wave]
         pick.shuffle(delivered)
         if not delivered:
             continue
-        outcome = ledger.merge(*reduce_wave(delivered))
-        for kind, settled in (("completed", outcome.completed), ("failed", outcome.failed)):
-            for task, root in settled.pairs():
-                assert root not in seen, f"root settled twice: {root}"
-                assert task == task_of[root]
-                seen[root] = (kind, wave)
+        for settlement in deliver(ackers, delivered):
+            for kind, how in (("completed", ACKED), ("failed", FAILED)):
+                for task, root in settlement.pairs(how):
+                    assert root not in seen, f"root settled twice: {root}"
+                    assert task == task_of[root]
+                    seen[root] = (kind, wave)
 
     assert seen == expect
 
@@ -188,7 +196,7 @@ def test_a_fail_anywhere_fails_the_root(seed, n_steps):
         return
     victim = random.Random(seed).choice(acks)
     messages[victim] = Msg("fail", root)
-    ledger = AckLedger()
-    results = [ledger.merge(*reduce_wave([m])) for m in messages]
-    assert [pair for o in results for pair in o.failed.pairs()] == [(0, root)]
-    assert sum(len(o.completed) for o in results) == 0
+    ackers = [Acker()]
+    results = [settlement for m in messages for settlement in deliver(ackers, [m])]
+    assert [pair for s in results for pair in s.pairs(FAILED)] == [(0, root)]
+    assert sum(len(s.where(ACKED)) for s in results) == 0

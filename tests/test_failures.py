@@ -1,13 +1,14 @@
 """The seed's failure cases, at the level of the whole system."""
 
+import os
 import time
 from collections import Counter
 
-from components import CrashOnce, Hold, ReplayingSpout, RequeueingFeeder, WordCount, recorded
+from components import CrashOnce, Hold, RequeueingFeeder, WordCount, recorded
 from drivers import finish_driver, kill_driver, start_driver
 
 from squall import TopologyBuilder
-from squall.connectors import ReliableQueue
+from squall.connectors import QueueSpout, ReliableQueue
 
 
 def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
@@ -39,28 +40,63 @@ def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
     assert counted == dict(expected)  # the restarted tasks' state holds no trace of the lost attempt
 
 
-def test_lost_acker_state_replays_through_timeout(cluster):
-    spout = ReplayingSpout(list(range(12)))
-    b = TopologyBuilder()
-    b.set_spout("s", spout)
-    b.set_bolt("hold", Hold()).shuffle_grouping("s").add_configuration("topology.tick.tuple.freq.secs", 3)
-    conf = {"topology.acker.executors": 2, "topology.message.timeout.secs": 10}
-    run = cluster.submit_topology("lost-acker", conf, b.build())
-    cluster.wait_idle()
-    (spout,) = cluster.spout_instances("lost-acker").values()
-    trees = run.scheduler.worker_here.worker.spouts.trees  # the acker tasks, on the test's process's worker
-    lost_roots = trees.ledger.partitions[0].pending_roots().tolist()
-    lost = {trees.get(r).msg_id for r in lost_roots}
-    assert 0 < len(lost) < 12
-    assert trees.ledger.lose_partition(0) == len(lost)
+class DyingQueueSpout(QueueSpout):
+    """A queue's spout whose process dies (``SystemExit``) once, at its first call after emitting ``die_after``
+    messages: its acker task, in the same process, dies with it. A dead process closes nothing."""
 
-    cluster.advance_time(3)  # the tick acks every held tuple; only partition 1's trees can complete
-    assert sorted(spout.acked) == sorted(set(range(12)) - lost) and spout.fail_calls == []
-    cluster.advance_time(17)  # t = 20: the spout's own timeout fails the lost trees, which replay
-    assert sorted(spout.fail_calls) == sorted(lost)
-    assert run.stats.of("s").timed_out == len(lost)
-    cluster.advance_time(3)  # the replays are held, then acked at the next tick
-    assert sorted(spout.acked) == list(range(12)) and sorted(spout.fail_calls) == sorted(lost)
+    def __init__(self, path, marker, die_after):
+        super().__init__(path, "q")
+        self.marker, self.die_after = marker, die_after
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.emitted, self.acked, self.failed, self.died = [], [], [], False
+        self.collector, self._collector = collector, self  # its emits pass through ``emit`` below
+
+    def emit(self, values, msg_id=None):
+        self.emitted.append(msg_id)
+        return self.collector.emit(values, msg_id=msg_id)
+
+    def next_tuple(self):
+        if len(self.emitted) >= self.die_after and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            self.died = True
+            raise SystemExit("the spout's process dies")
+        super().next_tuple()
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+        super().ack(msg_id)
+
+    def fail(self, msg_id):
+        self.failed.append(msg_id)
+        super().fail(msg_id)
+
+    def close(self):
+        if not self.died:
+            super().close()
+
+
+def test_an_acker_task_that_dies_with_its_worker_has_its_trees_replayed_by_the_source(cluster, tmp_path):
+    """Storm's "acker task dies" case. The acker task tracking the held trees lives in the spout task's process,
+    which dies: the spout task opens again, its queue puts back what the dead one left pending, and those
+    messages are emitted again and acked. Nothing is lost, and nothing is acked that was not processed."""
+    queue = ReliableQueue(tmp_path / "queue.sqlite", "q")
+    ids = queue.put_many([v] for v in range(12))
+    marker = tmp_path / "died"
+    b = TopologyBuilder()
+    b.set_spout("s", DyingQueueSpout(str(tmp_path / "queue.sqlite"), str(marker), die_after=12))
+    b.set_bolt("hold", Hold()).shuffle_grouping("s").add_configuration("topology.tick.tuple.freq.secs", 3)
+    cluster.submit_topology("lost-acker", {"topology.message.timeout.secs": 30}, b.build())
+    cluster.wait_idle()
+    assert marker.exists()  # the first instance emitted all twelve, none acked (held), and died
+    (spout,) = cluster.spout_instances("lost-acker").values()
+    assert not spout.died and sorted(spout.emitted) == sorted(ids)  # the queue handed them out again
+    assert queue.counts() == {"ready": 0, "pending": 12, "dead": 0}
+    cluster.advance_time(3)  # the tick acks every held tuple
+    cluster.wait_idle()
+    assert sorted(spout.acked) == sorted(ids) and spout.failed == []
+    assert queue.counts() == {"ready": 0, "pending": 0, "dead": 0}
 
 
 def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):

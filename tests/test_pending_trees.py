@@ -6,6 +6,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from squall.reliability.acker import ACKED, FAILED, TIMED_OUT
 from squall.reliability.acks import ACK, FAIL, RESET, AckBatch
 from squall.spark.trees import PendingTrees
 
@@ -21,10 +22,13 @@ class PendingTreesMachine(RuleBasedStateMachine):
         self.expected: dict[str, set[int]] = {"acked": set(), "failed": set(), "timed_out": set()}
 
     def _record(self, settlement) -> None:
-        for kind in ("acked", "failed", "timed_out"):
-            finished = getattr(settlement, kind)
-            assert len(finished.emitted_at) == len(finished.tasks) == len(finished.msg_ids)
-            for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
+        if not len(settlement):
+            return
+        assert len(settlement.emitted_at) == len(settlement.tasks) == len(settlement.msg_ids) == len(settlement.how)
+        for kind, how in (("acked", ACKED), ("failed", FAILED), ("timed_out", TIMED_OUT)):
+            finished = settlement.where(how)
+            assert finished.emitted_at.tolist() == [float(m) for m in finished.msg_ids]
+            for task, msg_id in zip(finished.tasks.tolist(), finished.msg_ids, strict=True):
                 assert task == msg_id % 3  # the spout task the tree started from
                 assert msg_id not in self.settled["acked"] | self.settled["failed"] | self.settled["timed_out"]
                 self.settled[kind].add(msg_id)
@@ -139,9 +143,9 @@ def test_a_restart_fails_the_trees_of_the_dropped_waves_and_keeps_the_earlier_on
         edges[wave] = trees.new_edges(3)
         trees.merge_inits(np.array(roots[wave], dtype=np.uint64), edges[wave])
     settlement = trees.fail_emitted_after(2)
-    assert sorted(settlement.failed.msg_ids) == [(3, 0), (3, 1), (3, 2)] and not len(settlement.acked)
+    assert sorted(settlement.msg_ids) == [(3, 0), (3, 1), (3, 2)] and set(settlement.how.tolist()) == {FAILED}
     assert len(trees) == 6
     kept = np.array(roots[1] + roots[2], np.uint64)
     later = trees.merge_acks(AckBatch.reduce(kept, np.concatenate([edges[1], edges[2]])))
-    assert sorted(later.acked.msg_ids) == [(w, i) for w in (1, 2) for i in range(3)] and len(trees) == 0
+    assert sorted(later.where(ACKED).msg_ids) == [(w, i) for w in (1, 2) for i in range(3)] and len(trees) == 0
     assert not len(trees.merge_acks(AckBatch.reduce(np.array(roots[3], np.uint64), edges[3])))  # settled already

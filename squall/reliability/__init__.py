@@ -1,23 +1,32 @@
 """The reliability core: pure state machines the runtime drives. No Spark, no threads."""
 
+from squall.reliability.acker import (
+    ACKED,
+    FAILED,
+    TIMED_OUT,
+    Acker,
+    Acks,
+    Init,
+    PendingEntry,
+    Rotate,
+    Settlement,
+)
+from squall.reliability.acks import AckBatch, acker_partition
 from squall.reliability.anchoring import ack_messages, anchor, enter_messages, fail_messages, spout_edges
 from squall.reliability.ids import IdGenerator, new_id
-from squall.reliability.ledger import (
-    AckLedger,
-    LedgerEntry,
-    Outcome,
-    PartitionedLedger,
-    Settled,
-    acker_partition,
-)
 
 __all__ = [
-    "AckLedger",
+    "ACKED",
+    "FAILED",
+    "TIMED_OUT",
+    "AckBatch",
+    "Acker",
+    "Acks",
     "IdGenerator",
-    "LedgerEntry",
-    "Outcome",
-    "PartitionedLedger",
-    "Settled",
+    "Init",
+    "PendingEntry",
+    "Rotate",
+    "Settlement",
     "ack_messages",
     "acker_partition",
     "anchor",

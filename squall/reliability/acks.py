@@ -1,7 +1,7 @@
 """Acks, and the edges they cancel: the half of the XOR acker that runs where the tuples are.
 
 A tuple copy sent to a task carries, for its tree, a random 64-bit edge id; the acker keeps per root the XOR of
-every edge it has been told about (``ledger.py``). Here:
+every edge it has been told about (``acker.py``). Here:
 
 * ``draw_edges``: the one routine that seals a batch's rows into their trees. Each row in a tree gets a fresh
   edge, drawn all at once, and the ``(root, edge)`` pairs that enter the trees are returned, for the sender to
@@ -119,12 +119,17 @@ class AckBatch:
         return cls.reduce(*(np.concatenate(c) for c in columns))
 
     def by_partition(self, partitions: int) -> list[AckBatch]:
-        """The rows of each acker partition (``root mod partitions``)."""
-        which = self.roots % np.uint64(partitions)
+        """The rows of each acker task (``acker_partition``), of ``partitions``."""
+        which = acker_partition(self.roots, partitions)
         return [
             AckBatch(self.roots[m], self.xors[m], self.failed[m], self.reset[m])
-            for m in (which == np.uint64(p) for p in range(partitions))
+            for m in (which == p for p in range(partitions))
         ]
+
+
+def acker_partition(roots, num_ackers: int) -> np.ndarray:
+    """The acker task of each root: ``root mod num_ackers`` (``topology.acker.executors``)."""
+    return (np.asarray(roots, dtype=np.uint64) % np.uint64(num_ackers)).astype(np.intp)
 
 
 def draw_edges(roots: np.ndarray, next_ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

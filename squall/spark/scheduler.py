@@ -198,7 +198,7 @@ class WaveScheduler:
         self._restored = {
             t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
         }
-        self.book = WaveBook(commits=True)  # the waves in flight, oldest first (wave_book.py)
+        self.book = WaveBook()  # the waves in flight, oldest first (wave_book.py)
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
         self.next_wave = 1
@@ -634,7 +634,7 @@ class WaveScheduler:
         # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
         # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
         self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
-        self.book.handle(self._generation_started(keep_in_flight=False))
+        self.book.handle(self._generation_started())
         self.snapshot_in_flight = None
         for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
             flight = replace(self.wave_inputs[wave], sent_at=time.monotonic())
@@ -644,9 +644,8 @@ class WaveScheduler:
             del self.wave_inputs[wave]
         self.next_wave = self.applied + 1
 
-    def _generation_started(self, keep_in_flight: bool) -> GenerationStarted:
-        spout_workers = frozenset(self.spout_workers.values())
-        return GenerationStarted(self.generation, frozenset(self.tasks), spout_workers, keep_in_flight)
+    def _generation_started(self) -> GenerationStarted:
+        return GenerationStarted(self.generation, frozenset(self.tasks), frozenset(self.spout_workers.values()))
 
     def _report(self, report: TaskReport, done: list[CompletedWave]) -> None:
         self._act(self.book.handle(TaskReported(report.generation, report.wave, report.task, report)), done)

@@ -7,7 +7,7 @@ budget and the wave's size. An emit with a message id starts a tuple tree
 (``trees.PendingTrees.start``) and becomes one row per target task in the
 wave's ``SpoutOutbox``, carrying the tree's root. When the wave is taken, each
 row gets its edge id, drawn all at once, and the new trees' init messages reach
-the ledger (``take_wave``). When
+their acker tasks (``take_wave``). When
 trees settle, the host calls ``ack`` or ``fail`` on the exact spout task that
 emitted each one and records its complete latency.
 """
@@ -25,6 +25,7 @@ import numpy as np
 from squall.model.components import DEFAULT_STREAM
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
 from squall.model.topology import Topology, TopologyContext
+from squall.reliability.acker import ACKED, TIMED_OUT, Settlement
 from squall.reliability.acks import draw_edges
 from squall.spark.clock import Clock
 from squall.spark.collectors import plain_rows
@@ -33,7 +34,7 @@ from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
 from squall.spark.records import EmitChecker, EmitError, Routes, direct_target
 from squall.spark.stats import RunStats, latency_buckets
-from squall.spark.trees import PendingTrees, Settlement
+from squall.spark.trees import PendingTrees
 
 log = logging.getLogger("squall")
 
@@ -357,24 +358,28 @@ class SpoutHost:
         """``ack`` or ``fail`` on the spout task of each finished tree; complete latencies recorded per spout."""
         if not len(settlement):
             return
-        acked = settlement.acked
+        acked = settlement.where(ACKED)
         if len(acked):
             latencies = self._now() - acked.emitted_at
-            tasks = np.array(acked.tasks)
+            tasks = acked.tasks
             for task in np.unique(tasks).tolist():
                 mine = tasks == task
                 buckets = latency_buckets(latencies[mine])
                 for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
                     stats.acked += int(np.count_nonzero(mine))
                     stats.record_buckets(*buckets)
-            self._call_each(acked.tasks, acked.msg_ids, "ack")
-        for finished, timed_out in ((settlement.failed, False), (settlement.timed_out, True)):
-            for task, msg_id in zip(finished.tasks, finished.msg_ids, strict=True):
-                spout = self._by_task[task]
-                for stats in (self.stats.of(spout.component), self._task_stats[task]):
-                    stats.failed += 1
-                    stats.timed_out += timed_out
-                self._call(spout, "fail", msg_id)
+            self._call_each(acked.tasks.tolist(), acked.msg_ids, "ack")
+        if len(acked) == len(settlement):
+            return
+        rows = zip(settlement.tasks.tolist(), settlement.msg_ids, settlement.how.tolist(), strict=True)
+        for task, msg_id, how in rows:
+            if how == ACKED:
+                continue
+            spout = self._by_task[task]
+            for stats in (self.stats.of(spout.component), self._task_stats[task]):
+                stats.failed += 1
+                stats.timed_out += how == TIMED_OUT
+            self._call(spout, "fail", msg_id)
 
     def _call_each(self, tasks: list[int], msg_ids: list[Any], method: str) -> None:
         """``method(msg_id)`` on the spout task of each; what one raises is counted and logged, and the rest go on."""

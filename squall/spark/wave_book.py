@@ -52,13 +52,12 @@ class SpoutsReported:
 
 @dataclass(frozen=True)
 class GenerationStarted:
-    """The workers (re)started as ``generation``, hosting ``tasks`` and spout tasks on ``spout_workers``;
-    ``keep_in_flight`` False drops the waves in flight."""
+    """The workers (re)started as ``generation``, hosting ``tasks`` and spout tasks on ``spout_workers``. The
+    waves in flight are dropped: what runs again is sent again."""
 
     generation: int
     tasks: frozenset[int]
     spout_workers: frozenset[int]
-    keep_in_flight: bool = True
 
 
 WaveEvent = WaveSent | TaskReported | SpoutsReported | GenerationStarted
@@ -91,11 +90,10 @@ class _Entry:
 
 
 class WaveBook:
-    """The waves in flight, oldest first. ``commits`` says whether completed waves make a ``CommitDue`` (the
-    ackers run on the workers)."""
+    """The waves in flight, oldest first. Each completed wave makes a ``CommitDue``, which lets the acker tasks
+    apply its acks."""
 
-    def __init__(self, commits: bool) -> None:
-        self.commits = commits
+    def __init__(self) -> None:
         self.generation = 0
         self.tasks: frozenset[int] = frozenset()
         self.spout_workers: frozenset[int] = frozenset()
@@ -128,11 +126,7 @@ class WaveBook:
             return []
         if isinstance(event, GenerationStarted):
             self.generation, self.tasks, self.spout_workers = event.generation, event.tasks, event.spout_workers
-            if not event.keep_in_flight:
-                self._waves.clear()
-            for entry in self._waves.values():
-                entry.reports.clear()
-                entry.spout_reports.clear()
+            self._waves.clear()
             return []
         if event.generation != self.generation:
             return []  # from before a restart: that wave runs again
@@ -159,6 +153,5 @@ class WaveBook:
             if first.replay:
                 continue
             due.append(WaveCompleted(wave, first.flight, first.reports, first.spout_reports))
-            if self.commits:
-                due.append(CommitDue(self.generation, wave))
+            due.append(CommitDue(self.generation, wave))
         return due

@@ -15,16 +15,18 @@ Each wave, when its ``WaveInput`` arrives:
 3. the emits leave, straight to the workers of their target tasks, each spout task ending its part of the wave
    with a ``last`` batch to every task that reads it, and a ``SpoutReport`` goes to the driver.
 
-A tree's root is drawn so that its acker task is on this worker: its init is merged into the ledger here, and
+A tree's root is drawn so that its acker task is on this worker: its init goes to its ``Acker`` here, and
 its settlement (``ack`` or ``fail`` on the spout task) never leaves the process. The bolt tasks send their acks
 (``AckerInput``, XOR-reduced per root) to the worker of each root's acker, one per wave even when empty. A wave's
 acks are applied once the driver says the wave completed (``Commit``) and every bolt task's have arrived; a
-stateful task's wait for the checkpoint that holds its state (``Release``). So, as before, nothing is acked
-before every task's state as of that wave is kept.
+stateful task's wait for the checkpoint that holds its state (``Release``). So nothing is acked before every
+task's state as of that wave is kept.
 
-When the run starts again after a worker was lost, the trees pending here are failed back to their spout
-tasks, which replay them: a spout task that moved, or whose worker was lost, is opened again and its source
-redelivers what it had not acked (Storm's "acker task dies" case). Nothing acknowledged is lost.
+When the run starts again after a worker was lost, as of the last wave whose state was kept, the trees whose
+spout tuples went out in a later wave are failed back to their spout tasks, which replay them; the earlier
+ones stay pending, their acks still to come. A spout task whose worker was lost (and with it the acker tasks
+there, and their trees) is opened again, and its source redelivers what it had not acked: Storm's "acker task
+dies" case. Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -185,11 +187,7 @@ class WorkerSpouts:
 
     def take_ackers(self) -> dict[int, tuple[int, int]]:
         """Each acker task's acks merged and trees settled since the last report."""
-        if self.trees is None or not self.trees.acker_counts:
-            return {}
-        counts = {acker: (merged, settled) for acker, (merged, settled) in self.trees.acker_counts.items()}
-        self.trees.acker_counts.clear()
-        return counts
+        return self.trees.take_acker_counts() if self.trees is not None else {}
 
     def take_statuses(self) -> dict[int, tuple[str, SpoutStatus]]:
         """Each spout task's counters since the last report; they start again from zero."""

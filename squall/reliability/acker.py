@@ -1,9 +1,20 @@
-"""The acker ledger: pending tuple trees, one XOR value each, in 19 bytes a root.
+"""The acker: one ``Acker`` per acker task, holding that task's pending tuple trees, one XOR value each.
 
-A pure state machine. Acks go in (already XOR-reduced per root, as numpy
-arrays); completed, failed and expired roots come out. No Spark, no threads.
+A pure state machine, in the shape of Storm's ``Acker.java``. Events go in, and each returns the trees it
+settled as one ``Settlement``:
 
-Per pending root the ledger keeps, in parallel numpy columns:
+* ``Init``: trees started: each root, the XOR of the edges of its spout tuple's copies, and its spout task;
+* ``Acks``: the ack, fail and ``reset_timeout`` messages of one wave, folded per root into an ``AckBatch``
+  (values XORed, flags ORed; ``acks.py``);
+* ``Rotate``: a timeout period passed.
+
+A root whose value reaches 0 is acked; one with a fail is failed (completion is checked first, as in Storm);
+one that stays pending for ``num_buckets`` rotations after it last entered the newest bucket (at its first
+message, and at each reset) times out, exactly as Storm's ``RotatingMap`` expires it. This is the only timeout:
+the spout side keeps no clock of its own. A root's messages may arrive in any order: acks before their init
+wait for it, and a fail before the init is reported when it comes. No Spark, no threads, no I/O.
+
+Storage. Per pending root the acker keeps, in parallel numpy columns:
 
 * ``keys``  uint64  the root id
 * ``vals``  uint64  XOR of every edge id seen for the root so far
@@ -11,22 +22,20 @@ Per pending root the ledger keeps, in parallel numpy columns:
 * ``state`` uint8   bits 0-5: the rotation at which the root last entered the
   newest timeout bucket; bit 6: failed; bit 7: removed (a tombstone)
 
-Timeouts follow Storm's RotatingMap exactly: a root enters the newest bucket when
-it first appears and when its timeout is reset, and expires on the
-``num_buckets``-th ``rotate()`` after that.
-
-Storage is two sorted runs: a large ``main`` run and a small ``delta`` run that
-takes new roots. Lookups are binary searches; settled roots become tombstones.
-When the delta or the tombstones pass an eighth of the ledger, the runs are
-merged into a fresh ``main``. The ledger never holds more than 8/7 of its live
-entries, so it costs at most 19 * 8 / 7 < 22 bytes per pending root.
+in two sorted runs: a large ``main`` run and a small ``delta`` run that takes new roots. Lookups are binary
+searches; settled roots become tombstones. When the delta or the tombstones pass an eighth of the acker's
+entries, the runs are merged into a fresh ``main``. So an acker never holds more than 8/7 of its live entries,
+at most 19 * 8 / 7 < 22 bytes per pending root.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from squall.reliability.acks import AckBatch
 
 UNKNOWN_TASK = 0xFFFF
 MAX_SPOUT_TASK = UNKNOWN_TASK - 1
@@ -35,44 +44,90 @@ _FAILED = np.uint8(0x40)
 _DEAD = np.uint8(0x80)
 _MIN_COMPACTION = 4096
 
-_EMPTY_U64 = np.empty(0, dtype=np.uint64)
-_EMPTY_I64 = np.empty(0, dtype=np.int64)
+ACKED, FAILED, TIMED_OUT = 0, 1, 2  # how a tree finished
+HOW = ("acked", "failed", "timed out")
 
 
-@dataclass(frozen=True)
-class Settled:
-    """Roots settled one way, with the spout task each must be reported to."""
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """Trees that finished, as columns: each one's root, its spout task, and how (``ACKED``, ``FAILED`` or
+    ``TIMED_OUT``). The acker knows only these; where the trees' spout tasks run, each also gets its message id
+    and its emit time (``msg_ids``, ``emitted_at``), for the spout's ``ack`` or ``fail`` and its latency."""
 
     roots: np.ndarray  # uint64
     tasks: np.ndarray  # int64
+    how: np.ndarray  # uint8
+    msg_ids: list[Any] | None = None
+    emitted_at: np.ndarray | None = None  # float64
 
     def __len__(self) -> int:
         return len(self.roots)
 
-    def pairs(self) -> list[tuple[int, int]]:
-        """``[(spout_task, root), ...]``"""
-        return list(zip(self.tasks.tolist(), self.roots.tolist(), strict=True))
+    def where(self, how: int) -> Settlement:
+        """The trees that finished ``how``."""
+        rows = np.flatnonzero(self.how == how)
+        if len(rows) == len(self.roots):
+            return self
+        msg_ids = None if self.msg_ids is None else [self.msg_ids[i] for i in rows.tolist()]
+        emitted_at = None if self.emitted_at is None else self.emitted_at[rows]
+        return Settlement(self.roots[rows], self.tasks[rows], self.how[rows], msg_ids, emitted_at)
+
+    def pairs(self, how: int | None = None) -> list[tuple[int, int]]:
+        """``[(spout_task, root), ...]``, of the trees that finished ``how`` (any way: ``None``)."""
+        rows = self if how is None else self.where(how)
+        return list(zip(rows.tasks.tolist(), rows.roots.tolist(), strict=True))
 
     @staticmethod
-    def concat(parts: list[Settled]) -> Settled:
+    def of(roots: np.ndarray, tasks: np.ndarray, how: int) -> Settlement:
+        return Settlement(roots, tasks.astype(np.int64), np.full(len(roots), how, np.uint8))
+
+    @staticmethod
+    def concat(parts: list[Settlement]) -> Settlement:
+        parts = [p for p in parts if len(p)]
+        if len(parts) == 1:
+            return parts[0]
         if not parts:
             return NOTHING
-        return Settled(np.concatenate([p.roots for p in parts]), np.concatenate([p.tasks for p in parts]))
+        resolved = all(p.msg_ids is not None for p in parts)
+        return Settlement(
+            np.concatenate([p.roots for p in parts]),
+            np.concatenate([p.tasks for p in parts]),
+            np.concatenate([p.how for p in parts]),
+            [m for p in parts for m in p.msg_ids] if resolved else None,
+            np.concatenate([p.emitted_at for p in parts]) if resolved else None,
+        )
 
 
-NOTHING = Settled(_EMPTY_U64, _EMPTY_I64)
+NOTHING = Settlement(np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.uint8))
+
+
+@dataclass(frozen=True, slots=True)
+class Init:
+    """Trees started: ``roots`` (uint64, one row each), each one's init value (the XOR of its spout tuple's
+    copies' edges) and the spout task that emitted it."""
+
+    roots: np.ndarray
+    values: np.ndarray
+    spout_tasks: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Acks:
+    """One wave's ack, fail and ``reset_timeout`` messages for this acker's roots, folded per root."""
+
+    batch: AckBatch
+
+
+@dataclass(frozen=True, slots=True)
+class Rotate:
+    """A timeout period passed."""
+
+
+AckerEvent = Init | Acks | Rotate
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What one merge settled. Failed roots have the reason ``failed``."""
-
-    completed: Settled
-    failed: Settled
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
+class PendingEntry:
     value: int
     spout_task: int | None
     failed: bool
@@ -80,7 +135,7 @@ class LedgerEntry:
 
 
 class _Run:
-    """One sorted run of ledger columns."""
+    """One sorted run of the acker's columns."""
 
     __slots__ = ("keys", "state", "tasks", "vals")
 
@@ -90,8 +145,8 @@ class _Run:
     @classmethod
     def empty(cls) -> _Run:
         return cls(
-            _EMPTY_U64.copy(),
-            _EMPTY_U64.copy(),
+            np.empty(0, np.uint64),
+            np.empty(0, np.uint64),
             np.empty(0, np.uint16),
             np.empty(0, np.uint8),
         )
@@ -147,31 +202,46 @@ def _settle(vals: np.ndarray, tasks: np.ndarray, state: np.ndarray):
     return complete, failed
 
 
-class AckLedger:
-    """Pending tuple trees of one acker partition."""
+class Acker:
+    """One acker task's pending trees. ``handle`` takes an event and returns the trees it settled."""
 
-    def __init__(self, num_buckets: int = 2) -> None:
+    def __init__(self, task: int = 0, num_buckets: int = 2) -> None:
         if not isinstance(num_buckets, int) or not 2 <= num_buckets <= int(_STAMP):
             raise ValueError(f"num_buckets must be an int in [2, {int(_STAMP)}], got {num_buckets!r}")
+        self.task = task
         self.num_buckets = num_buckets
+        self.acks_merged = 0  # ack rows (one per root and wave) merged, as Storm counts an acker's executed
+        self.settled = 0  # trees settled, as Storm counts an acker's emitted
+        self.orphans_expired = 0  # roots that expired before their init arrived
         self._epoch = 0
         self._main = _Run.empty()
         self._delta = _Run.empty()
         self._live = 0
-        self.orphans_expired = 0  # roots that expired before their init arrived
+
+    def handle(self, event: AckerEvent) -> Settlement:
+        if isinstance(event, Acks):
+            batch = event.batch
+            self.acks_merged += len(batch)
+            settled = self._merge(batch.roots, batch.xors, None, batch.failed, batch.reset)
+        elif isinstance(event, Init):
+            settled = self._merge(event.roots, event.values, init_tasks=event.spout_tasks)
+        elif isinstance(event, Rotate):
+            settled = self._rotate()
+        else:
+            raise TypeError(f"Acker: unexpected event {event!r}")
+        self.settled += len(settled)
+        return settled
 
     # -- queries -------------------------------------------------------------
     def __len__(self) -> int:
         return self._live
 
-    size = __len__
-
     @property
     def nbytes(self) -> int:
-        """Bytes held by the ledger's columns."""
+        """Bytes held by the acker's columns."""
         return self._main.nbytes + self._delta.nbytes
 
-    def entry(self, root: int) -> LedgerEntry | None:
+    def entry(self, root: int) -> PendingEntry | None:
         key = np.array([root], np.uint64)
         for run in (self._main, self._delta):
             pos, _ = run.locate(key)
@@ -179,7 +249,7 @@ class AckLedger:
                 i = pos[0]
                 task = int(run.tasks[i])
                 stamp = int(run.state[i] & _STAMP)
-                return LedgerEntry(
+                return PendingEntry(
                     value=int(run.vals[i]),
                     spout_task=None if task == UNKNOWN_TASK else task,
                     failed=bool(run.state[i] & _FAILED),
@@ -193,28 +263,11 @@ class AckLedger:
     def pending_roots(self) -> np.ndarray:
         return np.sort(np.concatenate([r.live().keys for r in (self._main, self._delta)]))
 
-    # -- per-message path ----------------------------------------------------
-    def init(self, root: int, value: int, spout_task: int) -> Outcome:
-        return self.merge([root], [value], init_tasks=[spout_task])
-
-    def ack(self, root: int, value: int) -> Outcome:
-        return self.merge([root], [value])
-
-    def fail(self, root: int) -> Outcome:
-        return self.merge([root], [0], failed=[True])
-
-    def reset_timeout(self, root: int) -> Outcome:
-        return self.merge([root], [0], reset=[True])
-
-    # -- vectorized path -----------------------------------------------------
-    def merge(self, roots, xors, init_tasks=None, failed=None, reset=None) -> Outcome:
-        """Merge one wave of acker messages, reduced to one row per root.
-
-        ``roots``/``xors``: uint64 arrays, ``xors`` being the XOR of every init and
-        ack value for the root. ``init_tasks``: the emitting spout task where the
-        wave held the root's init, else -1. ``failed``: a fail was seen.
-        ``reset``: a ``reset_timeout`` was seen.
-        """
+    # -- merging messages ----------------------------------------------------
+    def _merge(self, roots, xors, init_tasks=None, failed=None, reset=None) -> Settlement:
+        """Merge rows reduced to one per root: ``xors`` the XOR of the root's init and ack values here,
+        ``init_tasks`` its spout task where this holds its init (else -1), ``failed`` a fail was seen, ``reset`` a
+        ``reset_timeout`` was seen."""
         roots = np.asarray(roots, dtype=np.uint64)
         n = len(roots)
         xors = np.asarray(xors, dtype=np.uint64)
@@ -224,7 +277,7 @@ class AckLedger:
             state |= np.where(np.asarray(failed, bool), _FAILED, np.uint8(0))
         resets = np.zeros(n, bool) if reset is None else np.asarray(reset, bool)
         if not (len(xors) == len(tasks) == len(state) == len(resets) == n):
-            raise ValueError("merge(): roots, xors, init_tasks, failed and reset differ in length")
+            raise ValueError("acker: roots, values, spout tasks and flags differ in length")
 
         order = np.argsort(roots)  # one row per root (checked below): any sort gives one order
         roots, xors, tasks, state, resets = (
@@ -235,22 +288,22 @@ class AckLedger:
             resets[order],
         )
         if n > 1 and np.any(roots[1:] == roots[:-1]):
-            raise ValueError("merge(): roots must be XOR-reduced to one row per root")
+            raise ValueError("acker: roots must be XOR-reduced to one row per root")
 
-        completed, failures = [], []
+        settled: list[Settlement] = []
         missing = np.ones(n, bool)
         for run in (self._main, self._delta):
             todo = np.flatnonzero(missing)
             pos, hit = run.locate(roots[todo])
             rows = todo[hit]
             missing[rows] = False
-            self._update(run, pos, rows, roots, xors, tasks, state, resets, completed, failures)
+            self._update(run, pos, rows, roots, xors, tasks, state, resets, settled)
 
-        self._insert(roots[missing], xors[missing], tasks[missing], state[missing], completed, failures)
+        self._insert(roots[missing], xors[missing], tasks[missing], state[missing], settled)
         self._maybe_compact()
-        return Outcome(Settled.concat(completed), Settled.concat(failures))
+        return Settlement.concat(settled)
 
-    def _update(self, run, pos, rows, roots, xors, tasks, state, resets, completed, failures):
+    def _update(self, run, pos, rows, roots, xors, tasks, state, resets, settled):
         if len(pos) == 0:
             return
         run.vals[pos] ^= xors[rows]
@@ -261,18 +314,18 @@ class AckLedger:
         restamped = np.where(resets[rows], state[rows], old)  # reset: newest bucket
         run.state[pos] = (restamped & _STAMP) | (old & _FAILED) | (state[rows] & _FAILED)
         done, bad = _settle(run.vals[pos], run.tasks[pos], run.state[pos])
-        settled = done | bad
-        run.state[pos[settled]] |= _DEAD
-        self._live -= int(settled.sum())
-        completed.append(Settled(roots[rows][done], run.tasks[pos][done].astype(np.int64)))
-        failures.append(Settled(roots[rows][bad], run.tasks[pos][bad].astype(np.int64)))
+        finished = done | bad
+        run.state[pos[finished]] |= _DEAD
+        self._live -= int(finished.sum())
+        settled.append(Settlement.of(roots[rows][done], run.tasks[pos][done], ACKED))
+        settled.append(Settlement.of(roots[rows][bad], run.tasks[pos][bad], FAILED))
 
-    def _insert(self, keys, vals, tasks, state, completed, failures):
+    def _insert(self, keys, vals, tasks, state, settled):
         if len(keys) == 0:
             return
         done, bad = _settle(vals, tasks, state)
-        completed.append(Settled(keys[done], tasks[done].astype(np.int64)))
-        failures.append(Settled(keys[bad], tasks[bad].astype(np.int64)))
+        settled.append(Settlement.of(keys[done], tasks[done], ACKED))
+        settled.append(Settlement.of(keys[bad], tasks[bad], FAILED))
         # A reset or zero-valued ack for an unknown root leaves nothing to track.
         meaningful = (tasks != UNKNOWN_TASK) | ((state & _FAILED) != 0) | (vals != 0)
         keep = meaningful & ~done & ~bad
@@ -289,8 +342,8 @@ class AckLedger:
             self._delta = _Run.empty()
 
     # -- timeouts ------------------------------------------------------------
-    def rotate(self) -> Settled:
-        """Advance the timeout buckets; return the roots that expired (reason ``timeout``)."""
+    def _rotate(self) -> Settlement:
+        """Advance the timeout buckets; the roots that expired time out."""
         self._epoch = (self._epoch + 1) & int(_STAMP)
         expired = []
         for run in (self._main, self._delta):
@@ -302,9 +355,9 @@ class AckLedger:
             self._live -= int(out.sum())
             known = out & (run.tasks != UNKNOWN_TASK)
             self.orphans_expired += int(out.sum() - known.sum())
-            expired.append(Settled(run.keys[known], run.tasks[known].astype(np.int64)))
+            expired.append(Settlement.of(run.keys[known], run.tasks[known], TIMED_OUT))
         self._maybe_compact()
-        return Settled.concat(expired)
+        return Settlement.concat(expired)
 
 
 def _tasks_column(init_tasks, n: int) -> np.ndarray:
@@ -315,45 +368,3 @@ def _tasks_column(init_tasks, n: int) -> np.ndarray:
         bad = tasks[(tasks > MAX_SPOUT_TASK) | (tasks < -1)][0]
         raise ValueError(f"spout task id {bad} is outside [0, {MAX_SPOUT_TASK}] (-1 means no init)")
     return np.where(tasks < 0, UNKNOWN_TASK, tasks).astype(np.uint16)
-
-
-def acker_partition(roots, num_partitions: int) -> np.ndarray:
-    """The acker partition of each root: ``root mod num_partitions``."""
-    return (np.asarray(roots, dtype=np.uint64) % np.uint64(num_partitions)).astype(np.intp)
-
-
-class PartitionedLedger:
-    """``num_partitions`` acker ledgers, a root living in partition ``root mod N``."""
-
-    def __init__(self, num_partitions: int, num_buckets: int = 2) -> None:
-        if not isinstance(num_partitions, int) or num_partitions < 1:
-            raise ValueError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
-        self.num_buckets = num_buckets
-        self.partitions = [AckLedger(num_buckets) for _ in range(num_partitions)]
-
-    def __len__(self) -> int:
-        return sum(len(p) for p in self.partitions)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.partitions)
-
-    def merge(self, roots, xors, init_tasks=None, failed=None, reset=None) -> Outcome:
-        roots = np.asarray(roots, dtype=np.uint64)
-        columns = [np.asarray(c) if c is not None else None for c in (xors, init_tasks, failed, reset)]
-        part = acker_partition(roots, len(self.partitions))
-        outcomes = []
-        for i, ledger in enumerate(self.partitions):
-            sel = part == i
-            if sel.any():
-                outcomes.append(ledger.merge(roots[sel], *[c[sel] if c is not None else None for c in columns]))
-        return Outcome(Settled.concat([o.completed for o in outcomes]), Settled.concat([o.failed for o in outcomes]))
-
-    def rotate(self) -> Settled:
-        return Settled.concat([p.rotate() for p in self.partitions])
-
-    def lose_partition(self, index: int) -> int:
-        """Drop one partition's state, as when an acker task dies; returns roots lost."""
-        lost = len(self.partitions[index])
-        self.partitions[index] = AckLedger(self.num_buckets)
-        return lost
