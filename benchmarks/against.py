@@ -49,7 +49,8 @@ def main() -> None:
         try:
             build(before)
             for round_ in range(1, args.rounds + 1):
-                for side, tree in (("before", before), ("after", HERE)):
+                sides = [("before", before), ("after", HERE)]
+                for side, tree in sides if round_ % 2 else sides[::-1]:
                     for line in run(tree, ["--only", args.only]):
                         print(f"round{round_}_{side}_{line}", flush=True)
         finally:

@@ -15,29 +15,133 @@ hosts, and under ``LocalCluster`` and ``squall run`` its spout and acker tasks
 too, on one thread. A task's methods are never called concurrently, always
 from that thread, so a task needs no lock for its own attributes; but a method
 that blocks holds up every task of its worker. Under ``TestCluster`` the spout
-tasks run on the test's thread instead, the one that runs the waves
-(``wait_idle``, ``advance_time``). ``squall.transactional.BatchBolt`` runs
+and acker tasks run on one more worker, a thread of the test's process, which
+serves the waves the test runs (``wait_idle``, ``advance_time``): read a
+spout's attributes between them. ``squall.transactional.BatchBolt`` runs
 otherwise: see its docstring.
+
+The collectors each method is handed are described by the protocols below;
+the runtime's classes implement them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields, as_fields
 
-if TYPE_CHECKING:  # the runtime's classes, for annotations only: the model never imports squall.spark
+if TYPE_CHECKING:  # for annotations only
     from squall.model.state import KeyValueState
     from squall.model.topology import TopologyContext
     from squall.model.tuple import Tuple
-    from squall.spark.collectors import BasicOutputCollector, OutputCollector
-    from squall.spark.spouts import SpoutOutputCollector
 
 DEFAULT_STREAM = "default"
 
 OutputsDeclaration = Sequence[str] | Mapping[str, Sequence[str]] | Fields
+
+
+class SpoutOutputCollector(Protocol):
+    """What a spout task emits into: Storm's ``SpoutOutputCollector``, handed to ``Spout.open`` for the task's life.
+
+    Use it from the spout's own methods, on the task's thread: it is not thread-safe. Emit from ``next_tuple``.
+    An emit with a ``msg_id`` starts a tuple tree that ends in one ``ack(msg_id)`` or ``fail(msg_id)`` on this
+    task; one without is not tracked. What the task emits in a wave leaves once the wave's spout calls are done,
+    to each target task in emission order. An emit that does not match the declared stream and fields raises
+    ``EmitError``, and a value that cannot be pickled ``SerializationError``, each naming the component, the
+    stream and what is wrong.
+    """
+
+    emit_budget: int
+    """How many tuples the current ``next_tuple`` call may still emit: the task's share of the wave left, and no
+    more than ``topology.max.spout.pending`` less its trees pending. Not enforced: a call that emits more ends the
+    task's calls for the wave, and may take it past ``topology.max.spout.pending``."""
+    may_wait: bool
+    """False in a run, where ``next_tuple`` must return at once; a spout that can wait for input (a broker's poll
+    timeout) asks this before it does."""
+
+    def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit a spout tuple on ``stream``; with a ``msg_id`` it is tracked and acked or failed later. Returns
+        the target task ids (none when no bolt reads the stream: a tracked tuple is then acked at once)."""
+        ...
+
+    def emit_many(
+        self, rows: Sequence[Sequence[Any]], msg_ids: Sequence[Any] | None = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """``emit`` of each of ``rows``, with ``msg_ids`` (one per row) when they are tracked, in one call."""
+        ...
+
+    def emit_direct(self, task: int, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
+        """Emit to ``task``, a task of a bolt that reads ``stream`` with ``direct_grouping``."""
+        ...
+
+    def report_error(self, error: BaseException) -> None:
+        """Count and log ``error`` among the run's errors (the web UI's and ``squall run``'s), failing nothing."""
+        ...
+
+    def report_malformed(self, what: str) -> None:
+        """A message the spout set aside instead of emitting: counted in the run's stats and logged."""
+        ...
+
+
+class OutputCollector(Protocol):
+    """What a bolt task emits into and acks with: Storm's ``OutputCollector``, handed to ``Bolt.prepare`` for the
+    task's life. Use it on the task's thread, from ``execute`` (or from ``prepare`` and ``cleanup``)."""
+
+    def emit(
+        self, values: Sequence[Any], anchors: Tuple | Iterable[Tuple] | None = None, stream: str = DEFAULT_STREAM
+    ) -> list[int]:
+        """Emit ``values`` on ``stream``, anchored to ``anchors`` (an input tuple, or several: multi-anchoring;
+        None for a tuple outside any tree); returns the target task ids."""
+        ...
+
+    def emit_direct(
+        self,
+        task: int,
+        values: Sequence[Any],
+        anchors: Tuple | Iterable[Tuple] | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit to ``task``, a task of a bolt that reads ``stream`` with ``direct_grouping``, anchored as ``emit``."""
+        ...
+
+    def ack(self, tup: Tuple) -> None:
+        """The task is done with ``tup``: ack each input once, after emitting what is anchored to it."""
+        ...
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail ``tup``'s trees: the spout tuple each descends from fails (``Spout.fail``), whatever else acks."""
+        ...
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the timeout of ``tup``'s trees: for a tuple the task holds long."""
+        ...
+
+    def report_error(self, error: BaseException) -> None:
+        """Count ``error`` among the run's errors, with the component and the task; it fails nothing."""
+        ...
+
+
+class BasicOutputCollector(Protocol):
+    """What a ``BasicBolt``'s ``execute`` emits into: emits are anchored to the tuple being executed, which the
+    runtime acks when ``execute`` returns (or fails if it raises). Use it only during that call."""
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """``OutputCollector.emit``, anchored to the input; returns the target task ids."""
+        ...
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """``OutputCollector.emit_direct``, anchored to the input."""
+        ...
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """``OutputCollector.reset_timeout``."""
+        ...
+
+    def report_error(self, error: BaseException) -> None:
+        """``OutputCollector.report_error``."""
+        ...
 
 
 class Spout:
@@ -45,9 +149,10 @@ class Spout:
 
     Each spout task runs on a Spark worker under ``LocalCluster`` and ``squall run``, and in the test's process
     under ``TestCluster``. Every call a task gets, from ``open`` to ``close``, is made on one thread: on a worker,
-    the thread that also runs that worker's bolt and acker tasks; under ``TestCluster``, the test's thread that runs
-    the waves. None of the calls should block: ``next_tuple`` returns at once when there is nothing to emit, and the
-    run paces an idle topology itself, with growing pauses between waves, as Storm's wait strategy does.
+    the thread that also runs that worker's bolt and acker tasks; under ``TestCluster``, the thread of the worker in
+    the test's process, which serves the waves the test runs. None of the calls should block: ``next_tuple``
+    returns at once when there is nothing to emit, and the run paces an idle topology itself, with growing pauses
+    between waves, as Storm's wait strategy does.
 
     What is guaranteed: every tuple emitted with a ``msg_id`` ends in exactly one ``ack(msg_id)`` or
     ``fail(msg_id)`` on the task instance that emitted it. If that instance is lost with its worker's process, a new

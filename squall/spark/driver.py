@@ -24,7 +24,6 @@ import os
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 
 from pyspark import SparkContext
 
@@ -36,7 +35,7 @@ from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
 from squall.spark.protocol import RunSettings, SpoutStatus, TicksDue
-from squall.spark.run import TOPOLOGY
+from squall.spark.run import TOPOLOGY, WaveInfo
 from squall.spark.scheduler import CompletedWave, WaveScheduler, worker_count
 from squall.spark.shipping import ship_topology, shipped_here
 from squall.spark.sizing import WaveSizer
@@ -49,19 +48,6 @@ from squall.time import simulated_time
 log = logging.getLogger("squall")
 
 ACKER = "__acker"  # Storm's name for the acker component
-
-
-@dataclass
-class WaveInfo:
-    spout_emits: int
-    delivered: int  # tuples the wave handed bolts: its spouts' emits, and ticks
-    completed: int = 0  # waves that completed, their acks applied
-    confirming: bool = False  # nothing moved, and the next step makes sure over a wave that follows every commit
-
-    @property
-    def idle(self) -> bool:
-        """Nothing was sent and nothing completed: the topology has nothing to do until time passes."""
-        return not self.delivered and not self.completed and not self.confirming
 
 
 class TopologyRun:

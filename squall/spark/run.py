@@ -6,18 +6,33 @@ The runtime's ``TopologyRun`` (at-least-once waves) and the transactional packag
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from squall.model.errors import TopologyFailed
     from squall.model.topology import Topology
     from squall.spark.clock import Clock
-    from squall.spark.driver import WaveInfo
     from squall.spark.scheduler import WaveScheduler
     from squall.spark.stats import RunStats
 
 TOPOLOGY, TRANSACTIONAL = "topology", "transactional"
 RunKind = Literal["topology", "transactional"]
+
+
+@dataclass
+class WaveInfo:
+    """What one ``step`` did."""
+
+    spout_emits: int
+    delivered: int  # tuples the wave handed bolts: its spouts' emits, and ticks
+    completed: int = 0  # waves that completed, their acks applied
+    confirming: bool = False  # nothing moved, and the next step makes sure over a wave that follows every commit
+
+    @property
+    def idle(self) -> bool:
+        """Nothing was sent and nothing completed: the topology has nothing to do until time passes."""
+        return not self.delivered and not self.completed and not self.confirming
 
 
 class Run(Protocol):

@@ -36,10 +36,9 @@ from squall.model.topology import Topology
 from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
-from squall.spark.driver import WaveInfo
 from squall.spark.failures import ErrorStreak, fatal_message
 from squall.spark.protocol import RunSettings, TaskStatus
-from squall.spark.run import TRANSACTIONAL
+from squall.spark.run import TRANSACTIONAL, WaveInfo
 from squall.spark.scheduler import WaveScheduler, worker_count
 from squall.spark.shipping import pickle_component, ship_topology, shipped_here
 from squall.spark.stats import RunStats

@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from squall.model.components import DEFAULT_STREAM
 from squall.model.errors import InvalidTopologyError
 
-if TYPE_CHECKING:  # for annotations only: the executor imports this module
+if TYPE_CHECKING:  # for annotations only
     from squall.model.topology import TopologyContext
-    from squall.windowing.executor import WindowedOutputCollector
 
 DEFAULT_WATERMARK_INTERVAL_MS = 1000
 LATE_TUPLE_FIELD = "tuple"
@@ -136,6 +136,34 @@ class Window:
 
 
 WindowSpec = Count | Duration
+
+
+class WindowedOutputCollector:
+    """A ``WindowedBolt``'s collector, handed to its ``prepare``: emits are anchored to every tuple of the window
+    being executed (not anchored for a persistent window, whose tuples are acked already). Acks are the
+    runtime's. Use it from ``execute(window)``, on the task's thread."""
+
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+        self.anchors: Sequence = ()
+        self.anchored = True  # False for a persistent window, whose tuples are acked before it fires
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """``OutputCollector.emit``, anchored to the window; returns the target task ids."""
+        return self._collector.emit(values, list(self.anchors) if self.anchored else None, stream)
+
+    def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """``OutputCollector.emit_direct``, anchored to the window."""
+        anchors = list(self.anchors) if self.anchored else None
+        self._collector.emit_direct(task, values, anchors=anchors, stream=stream)
+
+    def reset_timeout(self, tup: Any) -> None:
+        """``OutputCollector.reset_timeout``: for a tuple the window holds long."""
+        self._collector.reset_timeout(tup)
+
+    def report_error(self, error: BaseException) -> None:
+        """``OutputCollector.report_error``."""
+        self._collector.report_error(error)
 
 
 class WindowedBolt:

@@ -36,6 +36,7 @@ from squall.windowing.bolt import (
     Duration,
     Window,
     WindowedBolt,
+    WindowedOutputCollector,
 )
 from squall.windowing.manager import Event, WindowManager
 from squall.windowing.policies import (
@@ -55,34 +56,6 @@ from squall.windowing.watermarks import WatermarkEventGenerator
 log = logging.getLogger("squall.windowing")
 
 DEFAULT_LAG_MS = 0
-
-
-class WindowedOutputCollector:
-    """A ``WindowedBolt``'s collector, handed to its ``prepare``: emits are anchored to every tuple of the window
-    being executed (not anchored for a persistent window, whose tuples are acked already). Acks are the
-    runtime's. Use it from ``execute(window)``, on the task's thread."""
-
-    def __init__(self, collector: Any) -> None:
-        self._collector = collector
-        self.anchors: Sequence = ()
-        self.anchored = True  # False for a persistent window, whose tuples are acked before it fires
-
-    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        """``OutputCollector.emit``, anchored to the window; returns the target task ids."""
-        return self._collector.emit(values, list(self.anchors) if self.anchored else None, stream)
-
-    def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
-        """``OutputCollector.emit_direct``, anchored to the window."""
-        anchors = list(self.anchors) if self.anchored else None
-        self._collector.emit_direct(task, values, anchors=anchors, stream=stream)
-
-    def reset_timeout(self, tup: Any) -> None:
-        """``OutputCollector.reset_timeout``: for a tuple the window holds long."""
-        self._collector.reset_timeout(tup)
-
-    def report_error(self, error: BaseException) -> None:
-        """``OutputCollector.report_error``."""
-        self._collector.report_error(error)
 
 
 class WindowedBoltExecutor(Bolt):
