@@ -258,7 +258,7 @@ class TopologyRun:
         calls = self.sizer.calls_per_spout_task() if self._wanted_active else 0
         rotations, self._rotations_due = self._rotations_due, 0
         simulated = self.clock.now() if self.clock.simulated else None
-        snapshot = self.snapshot_timer.due(now) and self.scheduler.snapshot_due()
+        snapshot = self.snapshot_timer.due(now) and self.scheduler.recovery.due
         self.wave = self.scheduler.send(  # the driver's input is control only: no tuple
             simulated, checkpoint, calls, rotations, self._wanted_active, snapshot=snapshot, ticks=ticks_due
         )

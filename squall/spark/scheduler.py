@@ -1,30 +1,30 @@
-"""The wave scheduler: the run's workers on Spark, the waves in flight, and recovery.
+"""The wave scheduler: the shell around the run's workers on Spark, the waves in flight, and recovery.
 
 At start the scheduler launches the run's *worker job*: one long-lived Spark
 task per worker, each hosting some bolt tasks (``worker.py``). Waves go out as
 ``WaveInput`` messages, up to ``squall.wave.max.inflight`` at once; workers
 pipeline them, each task strictly in wave order. A wave completes when every
-bolt task has reported it, and completed waves are handed to the driver in
-wave order, each exactly once: its acks are applied then, never before.
+bolt task and spout worker has reported it; ``WaveBook`` (``wave_book.py``)
+hands completed waves back in wave order, each exactly once, and says when the
+acker tasks may apply their acks (``Commit``).
 
-The driver keeps every task's snapshot as of the last completed wave, and the
-driver's input of every wave still in flight. When a worker is lost (its
-Python process or executor dies, Spark retries its task, or the whole job
-fails and is launched again), every task restarts from those snapshots and
-the waves in flight are sent again, under a new *generation*: whatever an
-older generation still had on the wire is dropped. Nothing of a wave is
+When a worker is lost (its Python process or executor dies, Spark retries its
+task, or the whole job fails and is launched again), the workers start again
+under a new *generation*, and whatever an older one still had on the wire is
+dropped. Every task restarts from the last complete snapshot
+(``RecoveryPoint``, ``recovery.py``), the completed waves since it run again
+from the spout tasks' logs, and the waves in flight are dropped: their trees
+fail back to the spouts, whose sources replay them. Nothing of a wave is
 applied twice, and nothing acknowledged is lost.
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from pyspark import SparkContext
@@ -45,7 +45,6 @@ from squall.spark.protocol import (
     Hello,
     Release,
     RunSettings,
-    Snapshot,
     SpoutReport,
     SpoutStatus,
     Stop,
@@ -56,6 +55,7 @@ from squall.spark.protocol import (
     WorkerFailed,
     WorkerReport,
 )
+from squall.spark.recovery import RecoveryPoint
 from squall.spark.shipping import ShippedTopology
 from squall.spark.snapshots import SnapshotStore
 from squall.spark.wave_book import (
@@ -67,7 +67,8 @@ from squall.spark.wave_book import (
     WaveCompleted,
     WaveSent,
 )
-from squall.spark.worker import InProcessWorker, run_worker
+from squall.spark.worker import InProcessWorker
+from squall.spark.worker_job import JobEnded, WorkerJob
 from squall.spark.worker_spouts import acker_placement, spout_placement
 
 log = logging.getLogger("squall")
@@ -76,12 +77,6 @@ READY_WARNING_SECS = 30.0
 STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing named in the log
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 FINAL_REPORTS_SECS = 1.0  # after the worker job ends, how long its workers' last reports may still take to come
-
-
-@dataclass(frozen=True, slots=True)
-class JobEnded:
-    launch: int
-    error: BaseException | None
 
 
 @dataclass
@@ -165,10 +160,9 @@ class WaveScheduler:
         here: ShippedTopology | None = None,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
-        self._shipped = shipped
-        # A worker in this process, after the Spark job's, hosting every spout and acker task (``TestCluster``).
-        self._here = here
-        self.worker_here: InProcessWorker | None = None
+        # The Spark job, and a worker in this process after the job's, hosting every spout and acker task
+        # (``TestCluster``).
+        self.job = WorkerJob(sc, name, settings.run_id, shipped, keys, here)
         self.workers = workers
         self.wanted_workers = workers  # what the run started with; after a shrink, what it grows back to
         self.replace_timeout = replace_timeout
@@ -187,17 +181,10 @@ class WaveScheduler:
             "encrypted (AES-256-GCM)" if keys.encrypt_checkpoints else "signed (HMAC-SHA256)",
         )
         sealer = keys.sealer()
-        self.store = SnapshotStore(settings.snapshot_root, settings.run_id, sealer) if settings.snapshot_root else None
-        if self.store is not None and (earlier := self.store.remove_earlier_runs(name)):
+        store = SnapshotStore(settings.snapshot_root, settings.run_id, sealer) if settings.snapshot_root else None
+        if store is not None and (earlier := store.remove_earlier_runs(name)):
             log.info("topology %s: removed the snapshots and spout logs of earlier runs %s", name, earlier)
-        self.snapshot_wave = 0  # the last complete snapshot
-        self.snapshot_refs: dict[int, Snapshot] = {}  # task -> its last snapshot written (a path)
-        self.snapshot_in_flight: int | None = None
-        self.wave_inputs: dict[int, WaveInFlight] = {}  # the waves sent since the last snapshot, to run again
-        # A restored stateful task's start, pickled, until a complete snapshot holds the task (then it is let go).
-        self._restored = {
-            t: pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL) for t, state in (restored or {}).items()
-        }
+        self.recovery = RecoveryPoint(store, name, restored)  # where a lost worker's tasks restart from
         self.book = WaveBook()  # the waves in flight, oldest first (wave_book.py)
         self.applied = 0
         self._last_completed_at = 0.0  # time.monotonic() when the last wave completed
@@ -212,12 +199,10 @@ class WaveScheduler:
         self._connections: dict[int, int] = {}  # worker -> connection
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
-        self._launches = 0
-        self._job: threading.Thread | None = None
         self._closing = False
         self._waiting_since = time.monotonic()
         self._lost_at: float | None = None  # when the run lost a worker it has not replaced yet
-        self._executors_seen = self._executors()  # when it last chose its worker count
+        self._executors_seen = self.job.executors()  # when it last chose its worker count
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
@@ -232,50 +217,27 @@ class WaveScheduler:
             self._launch()
 
     @property
+    def worker_here(self) -> InProcessWorker | None:
+        """The worker in this process (``TestCluster``'s), if the run has one."""
+        return self.job.worker_here
+
+    @property
     def hosts(self) -> int:
         """The workers the run waits for: the Spark job's, and the one in this process if any (the last)."""
-        return self.workers + (self._here is not None)
+        return self.workers + self.job.has_worker_here
 
     def _placement(self, workers: int) -> dict[int, int]:
         """Bolt task *i* of every component on worker *i* mod ``workers``; the acker tasks and the spout tasks on
         the worker in this process if there is one, else spread over the workers too (``worker_spouts.py``)."""
         acking = self.settings.acking
-        hosts = [workers] if self._here is not None else list(range(workers))
+        hosts = [workers] if self.job.has_worker_here else list(range(workers))
         self.acker_workers = acker_placement(self.settings.num_ackers, hosts) if acking else {}
         self.spout_workers = spout_placement(self.topology, self.acker_workers, hosts)
         return {t: self._task_index[t] % workers for t in self.tasks} if workers else {}
 
-    def _executors(self) -> int:
-        """Executors the application has now (the driver's own block manager included)."""
-        try:
-            return len(self.sc._jsc.sc().statusTracker().getExecutorInfos())
-        except Exception:  # the context is stopping
-            return 0
-
     # -- the worker job -----------------------------------------------------------
     def _launch(self) -> None:
-        self._launches += 1
-        launch, hub, workers = self._launches, self.hub, self.workers
-        if self._here is not None:
-            self._start_here()
-        if not workers:
-            self._job = None
-            return
-        group = f"squall-workers-{self.settings.run_id}-{launch}"
-        body = partial(run_worker, self.settings.run_id, self._shipped, hub.address, self.keys, launch)
-
-        def job() -> None:
-            error = None
-            try:
-                self.sc.setJobGroup(group, f"squall topology {self.name}: {workers} workers", interruptOnCancel=True)
-                self.sc.parallelize(range(workers), workers).mapPartitionsWithIndex(body).collect()
-            except BaseException as exc:
-                error = exc
-            hub.post(JobEnded(launch, error))
-
-        self._group = group
-        self._job = threading.Thread(target=job, name=f"squall-job-{self.name}", daemon=True)
-        self._job.start()
+        self.job.launch(self.hub, self.workers)
 
     def _relaunch(self, workers: int, why: str) -> None:
         """Start the run again on ``workers`` workers, every task from the last completed wave's state, as
@@ -284,15 +246,14 @@ class WaveScheduler:
         log.warning("topology %s: %s; running on %d worker(s) (was %d)", self.name, why, workers, self.workers)
         # Their spouts fail their pending trees back before closing: the sources replay them.
         self.hub.send([(connection, Stop(fail_pending=True)) for connection in self._connections.values()])
-        if self._job is not None:
-            self.sc.cancelJobGroup(self._group)
+        self.job.cancel()
         self._connections.clear()
         self.ready = False
         self.workers = workers
         self.placement = self._placement(workers)
         if self.balancer is not None:
             self.balancer.resized(workers)
-        self._executors_seen = self._executors()
+        self._executors_seen = self.job.executors()
         self._lost_at = time.monotonic()  # a worker of the new job that never comes leads to another shrink
         self._launch()
 
@@ -327,12 +288,11 @@ class WaveScheduler:
             snapshot,
             ticks=ticks,
         )
-        if self.store is not None:
-            if snapshot:
-                self.snapshot_in_flight = wave
-            self.wave_inputs[wave] = WaveInFlight(
+        if self.recovery.keeps:
+            replay = WaveInFlight(
                 wave, simulated_now, None, {t: list(b) for t, b in per_task.items()}, 0.0, 0, ticks=ticks, replay=True
             )
+            self.recovery.sent(wave, replay, snapshot)
         self.book.handle(WaveSent(wave, flight))
         if self.ready:
             self._send_wave(flight)
@@ -468,13 +428,13 @@ class WaveScheduler:
                 del self._connections[event.worker]
                 if not self._closing:
                     self._lost(f"worker {event.worker} disconnected")
-                    if self._here is not None and event.worker == self.workers and self.failure is None:
+                    if self.job.has_worker_here and event.worker == self.workers and self.failure is None:
                         self._here_lost()
-        elif isinstance(event, JobEnded) and event.launch == self._launches and not self._closing:
+        elif isinstance(event, JobEnded) and event.launch == self.job.launches and not self._closing:
             self._job_ended(event.error)
 
     def _hello(self, connection: int, hello: Hello) -> None:
-        if hello.launch != self._launches or hello.worker >= self.hosts:  # of a job given up on
+        if hello.launch != self.job.launches or hello.worker >= self.hosts:  # of a job given up on
             self.hub.close_connection(connection)
             return
         previous = self._connections.get(hello.worker)
@@ -505,13 +465,7 @@ class WaveScheduler:
             self.failure = TopologyFailed(f"topology {self.name!r} stopped: {self._fatal}")
             log.error("%s", self.failure)
             return
-        self._start_here()
-
-    def _start_here(self) -> None:
-        """The worker in this process, for the current launch: numbered after the Spark job's workers."""
-        self.worker_here = InProcessWorker(
-            self.settings.run_id, self._here, self.hub.address, self.keys, self._launches, self.workers, self.name
-        )
+        self.job.start_here(self.hub, self.workers)
 
     def buffered_bytes(self) -> tuple[int, int]:
         """Bytes held on the way: by the hub (to the workers, not yet sent), and by the workers' links (received
@@ -528,7 +482,7 @@ class WaveScheduler:
         self.ready = False
 
     def _job_ended(self, error: BaseException | None) -> None:
-        here = self._connections.get(self.workers) if self._here is not None else None
+        here = self._connections.get(self.workers) if self.job.has_worker_here else None
         if here is not None:  # the worker in this process goes too: the next launch starts its own
             self.hub.send([(here, Stop(fail_pending=True))])
         self._connections.clear()
@@ -566,7 +520,7 @@ class WaveScheduler:
             self._warn_if_stalled(now)
         if self.ready and self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
             self._grow_checked_at = now
-            executors = self._executors()
+            executors = self.job.executors()
             if executors > self._executors_seen:
                 self._relaunch(self.wanted_workers, f"{executors - self._executors_seen} executor(s) joined")
             else:
@@ -615,8 +569,8 @@ class WaveScheduler:
                     self.settings,
                     self.placement,
                     self.placement_of_worker[worker],
-                    self.snapshot_wave if self.store is not None else self.applied,
-                    {t: self.snapshot_of(t) for t in self.placement_of_worker[worker]},
+                    self.recovery.start(self.applied),
+                    {t: self.recovery.snapshot_of(t) for t in self.placement_of_worker[worker]},
                     {w: self._addresses[w] for w in self._connections},
                     [t for t, w in self.spout_workers.items() if w == worker],
                     [a for a, w in self.acker_workers.items() if w == worker],
@@ -635,13 +589,10 @@ class WaveScheduler:
         # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
         self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
         self.book.handle(self._generation_started())
-        self.snapshot_in_flight = None
-        for wave in range(self.snapshot_wave + 1, self.applied + 1) if self.store is not None else ():
-            flight = replace(self.wave_inputs[wave], sent_at=time.monotonic())
-            self.book.handle(WaveSent(wave, flight, replay=True))
+        for replay in self.recovery.restart(self.applied):
+            flight = replace(replay, sent_at=time.monotonic())
+            self.book.handle(WaveSent(flight.wave, flight, replay=True))
             self._send_wave(flight)
-        for wave in [w for w in self.wave_inputs if w > self.applied]:
-            del self.wave_inputs[wave]
         self.next_wave = self.applied + 1
 
     def _generation_started(self) -> GenerationStarted:
@@ -661,7 +612,7 @@ class WaveScheduler:
             if isinstance(instruction, WaveCompleted):
                 done.append(self._complete(instruction))
             else:  # its acks may be applied at the ackers, told with the next wave
-                self._commit_due = Commit(instruction.generation, instruction.wave, self.snapshot_wave)
+                self._commit_due = Commit(instruction.generation, instruction.wave, self.recovery.wave)
 
     def flush_commit(self) -> None:
         """Send the latest Commit now, when no wave is about to carry it (the run pauses, or stops)."""
@@ -683,11 +634,11 @@ class WaveScheduler:
         inbox_peak = self.inbox_peaks.pop(flight.wave, 0)
         for earlier in [w for w in self.inbox_peaks if w < flight.wave]:  # of waves that ran again
             del self.inbox_peaks[earlier]
-        status, captured, parts = {}, {}, {}
+        status, captured, parts, written = {}, {}, {}, {}
         holds_acks = False
         for task, report in completed.reports.items():
-            if report.written is not None:
-                self.snapshot_refs[task] = report.written
+            if report.written is not None:  # at a snapshot wave
+                written[task] = report.written
             if report.part is not None:
                 parts[task] = report.part
             status[(report.component, task)] = report.status
@@ -702,7 +653,7 @@ class WaveScheduler:
             ackers.update(spout_report.ackers)
             captured.update(spout_report.captured)
         if flight.snapshot:
-            self._snapshot_complete(flight.wave)
+            self.recovery.completed(flight.wave, written)
         now = time.monotonic()
         seconds = now - max(flight.sent_at, self._last_completed_at)  # its own time, not its wait behind another
         self._last_completed_at = now
@@ -723,32 +674,6 @@ class WaveScheduler:
             inbox_peak,
         )
 
-    def snapshot_due(self) -> bool:
-        """Whether the next wave may be a snapshot wave: none is running."""
-        return self.store is not None and self.snapshot_in_flight is None
-
-    def _snapshot_complete(self, wave: int) -> None:
-        """Every bolt task has written its state as of ``wave`` (or had nothing new since its last): that is where
-        a lost worker's tasks restart from now; what it no longer needs is removed."""
-        self.snapshot_wave, self.snapshot_in_flight = wave, None
-        for done in [w for w in self.wave_inputs if w <= wave]:
-            del self.wave_inputs[done]
-        for task in [t for t in self._restored if t in self.snapshot_refs and self.snapshot_refs[t].version <= wave]:
-            del self._restored[task]  # it restarts from its own snapshot now
-        try:
-            self.store.complete(wave, {ref.version for ref in self.snapshot_refs.values()})
-        except Exception:
-            log.exception("topology %s: recording snapshot %d failed; it is used all the same", self.name, wave)
-
-    def snapshot_of(self, task: int) -> Snapshot | None:
-        """Where the task's state as of the last complete snapshot was written; a stateful task that has written
-        none yet starts from the checkpoint the run was restored from, and any other from nothing."""
-        ref = self.snapshot_refs.get(task)
-        if ref is not None and ref.version <= self.snapshot_wave:
-            return ref
-        restored = self._restored.get(task)
-        return Snapshot(0, restored) if restored is not None else None
-
     # -- stopping -----------------------------------------------------------------------
     def interrupt(self) -> None:
         """Make any poll, now or later, return at once: the run is being killed."""
@@ -764,10 +689,10 @@ class WaveScheduler:
     def _read_until_the_job_ends(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the worker job to end, reading what the workers send meanwhile."""
         deadline = time.monotonic() + timeout
-        while self._job.is_alive() and (left := deadline - time.monotonic()) > 0:
+        while self.job.running and (left := deadline - time.monotonic()) > 0:
             event = self.hub.next_event(min(left, 0.1))
-            if isinstance(event, JobEnded) and event.launch == self._launches:
-                self._job.join(left)
+            if isinstance(event, JobEnded) and event.launch == self.job.launches:
+                self.job.join(left)
             self._take_final_report(event)
 
     def _take_final_report(self, event: Any) -> None:
@@ -785,11 +710,10 @@ class WaveScheduler:
         self._closing = True
         stop = Stop(fail_pending, active, final=True)
         self.hub.send([(connection, stop) for connection in self._connections.values()])
-        if self._job is not None:
-            self._read_until_the_job_ends(timeout if self.ready else min(timeout, 1.0))
-            if self._job.is_alive():
-                self.sc.cancelJobGroup(self._group)
-                self._read_until_the_job_ends(timeout)
+        self._read_until_the_job_ends(timeout if self.ready else min(timeout, 1.0))
+        if self.job.running:
+            self.job.cancel()
+            self._read_until_the_job_ends(timeout)
         deadline = time.monotonic() + timeout
         while self.worker_here is not None and self.worker_here.alive and time.monotonic() < deadline:
             self._take_final_report(self.hub.next_event(0.05))
@@ -807,5 +731,4 @@ class WaveScheduler:
             self.hub.bytes_out,
             self.next_wave - 1,
         )
-        if self.store is not None:  # the run is over: its snapshots and spout logs are of no further use
-            self.store.remove()
+        self.recovery.remove()
