@@ -277,7 +277,8 @@ class BatchTasks:
             self.readers[task] = self.topology.reader_tasks(component)
         self._to_peer, self._to_driver = to_peer, to_driver
         self.commits = CommitsFirst()
-        self._send_lock = threading.Lock()
+        self._send_lock = threading.Lock()  # the links to the peers
+        self._report_lock = threading.Lock()  # the channel to the driver: a report waits for no peer's batch
         self._closed = False
         self._tries: dict[int, TryOnWorker] = {}
         self._ended: set[int] = set()
@@ -341,7 +342,7 @@ class BatchTasks:
             self._tries.pop(seq, None)
 
     def close(self) -> None:
-        with self._send_lock:
+        with self._send_lock, self._report_lock:
             self._closed = True
         self._emits.put(None)
         with self._lock:
@@ -360,7 +361,7 @@ class BatchTasks:
                     self._to_peer(worker, batch)
 
     def report(self, report: BatchReport) -> None:
-        with self._send_lock:
+        with self._report_lock:
             if self._closed:  # the run stopped, or this generation ended: nothing is waiting for it
                 return
             try:

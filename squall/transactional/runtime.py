@@ -178,7 +178,9 @@ class TransactionalRun:
             raise self.failure
         moved, self._moved = self._moved, 0
         if self.scheduler.ready or not self.scheduler.hosts:
-            for instruction in self.coordinator.poll(ready=self._may_begin()):
+            instructions = self.coordinator.poll(ready=self._may_begin())
+            # the commit first: every later batch waits for it, while a batch begun now has the others ahead of it
+            for instruction in sorted(instructions, key=lambda i: not isinstance(i, Commit)):
                 if isinstance(instruction, Commit):
                     self._commit(instruction.attempt)
                 else:

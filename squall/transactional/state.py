@@ -15,10 +15,12 @@ batch's updates atomically; ``SqliteKeyedState`` keeps them in a SQLite table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -93,6 +95,18 @@ def stored_row(key: str, value: TransactionalValue | OpaqueValue, writer: str | 
     return key, encode_json(value.value), encode_json(getattr(value, "prev_value", None)), value.txid, writer
 
 
+def _counts_document(encoded: dict[str, Any], deltas: Mapping[Any, Any]) -> str | None:
+    """A batch of integer counts as one JSON object, each key's JSON to its count, for SQLite to add; None unless
+    every count is a plain integer small enough to add exactly there."""
+    counts = {}
+    for text, key in encoded.items():
+        delta = deltas[key]
+        if type(delta) is not int or not -EXACT_IN_SQL < delta < EXACT_IN_SQL:
+            return None
+        counts[text] = delta
+    return json.dumps(counts)
+
+
 def as_key(value: Any) -> Any:
     """A JSON-decoded key, hashable again: lists become tuples."""
     return tuple(as_key(v) for v in value) if isinstance(value, list) else value
@@ -151,33 +165,117 @@ class KeyedState:
         return {k: helper.apply(current.get(k), txid, d, combine, initial) for k, d in deltas.items()}
 
 
+class _Connections:
+    """Connections to SQLite files that a ``SqliteKeyedState`` closed, kept open for the next one of the same file
+    in this process: a committer that opens its state for every batch then skips opening the file, setting it up,
+    and the checkpoint SQLite runs when the last connection to a file closes (it copies the whole write-ahead log
+    into the file, which the next connection then starts again). A kept connection is used again only while its
+    file is the same file (same device and inode), in the process that opened it; at most ``KEEP`` are kept, none
+    longer than ``IDLE_SECS``."""
+
+    KEEP = 8
+    IDLE_SECS = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[str, tuple[int, int], int, float, sqlite3.Connection, bool]] = []
+        self._inherited: list[sqlite3.Connection] = []  # kept by the process this one was forked from: never closed
+
+    def take(self, path: str) -> tuple[sqlite3.Connection, bool] | None:
+        """A kept connection to ``path`` and whether its SQLite has the JSON functions, or None."""
+        try:
+            identity = _identity(path)
+        except OSError:
+            return None
+        found = None
+        with self._lock:
+            stale = self._expire()
+            for i, (kept_path, kept_identity, pid, _, db, json_each) in enumerate(self._idle):
+                if kept_path == path and kept_identity == identity and pid == os.getpid():
+                    del self._idle[i]
+                    found = db, json_each
+                    break
+        _close_all(stale)
+        return found
+
+    def keep(self, path: str, db: sqlite3.Connection, json_each: bool) -> None:
+        """Keep ``db`` for the next state of ``path``, or close it."""
+        try:
+            identity = _identity(path)
+        except OSError:
+            identity = None
+        if identity is None or db.in_transaction:
+            db.close()
+            return
+        with self._lock:
+            stale = self._expire()
+            self._idle.append((path, identity, os.getpid(), time.monotonic(), db, json_each))
+            while len(self._idle) > self.KEEP:
+                stale.append(self._idle.pop(0)[4])
+        _close_all(stale)
+
+    def _expire(self) -> list[sqlite3.Connection]:
+        """Take out the connections kept too long, or kept by the process this one was forked from."""
+        oldest, pid = time.monotonic() - self.IDLE_SECS, os.getpid()
+        stale = [entry for entry in self._idle if entry[3] < oldest or entry[2] != pid]
+        if stale:
+            self._idle = [entry for entry in self._idle if not (entry[3] < oldest or entry[2] != pid)]
+        # Closing a connection this process inherited could checkpoint and delete the write-ahead log the process
+        # that opened it still uses (SQLite's locks are not inherited): it is only set aside.
+        self._inherited.extend(entry[4] for entry in stale if entry[2] != pid)
+        return [entry[4] for entry in stale if entry[2] == pid]
+
+
+def _identity(path: str) -> tuple[int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def _close_all(connections: list[sqlite3.Connection]) -> None:
+    for db in connections:
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
+
+
+_CONNECTIONS = _Connections()
+_CLOSED = sqlite3.connect(":memory:", check_same_thread=False)  # a closed state's: using it raises
+_CLOSED.close()
+
+
 class SqliteKeyedState(KeyedState):
     """``KeyedState`` in a SQLite table; ``update`` is one SQLite transaction. Integer counts (the default
-    ``combine``, ``operator.add`` from 0) are added by SQLite itself, in one statement for the whole batch."""
+    ``combine``, ``operator.add`` from 0) are added by SQLite itself, in one statement for the whole batch.
+    ``close`` keeps the connection for the next state of the same file in this process (``_Connections``)."""
 
     def __init__(self, path: str | os.PathLike, table: str, opaque: bool = False) -> None:
         if not table.isidentifier():
             raise ValueError(f"table name must be an identifier, got {table!r}")
         self.path, self.table, self.opaque = str(path), table, opaque
         self._quoted = f'"{table}"'  # a name SQL reserves, such as values, is a table name too
-        self._db = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_SECS, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        kept = _CONNECTIONS.take(self.path)
+        if kept is not None:
+            self._db, self._json_each = kept
+        else:
+            self._db = sqlite3.connect(
+                self.path, timeout=LOCK_TIMEOUT_SECS, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            try:  # SQLite's JSON functions, built in since 3.38: one query reads a batch's keys
+                self._db.execute("SELECT count(*) FROM json_each('[]')")
+                self._json_each = True
+            except sqlite3.OperationalError:
+                self._json_each = False
         self._db.execute(
             f"CREATE TABLE IF NOT EXISTS {self._quoted} (key TEXT PRIMARY KEY, value TEXT, prev TEXT, txid INTEGER,"
             " writer TEXT)"
         )
-        try:  # SQLite's JSON functions, built in since 3.38: one query reads a batch's keys
-            self._db.execute("SELECT count(*) FROM json_each('[]')")
-            self._json_each = True
-        except sqlite3.OperationalError:
-            self._json_each = False
 
     def _begin_writing(self) -> None:
         """``BEGIN IMMEDIATE``, waiting up to ``LOCK_TIMEOUT_SECS`` for another writer (another committer task) to
         finish. SQLite's own wait sleeps up to 100 ms at a time, long after the lock is free; this one looks again
-        within a few milliseconds, since commits come one after the other in txid order."""
+        within a millisecond, since commits come one after the other in txid order."""
         deadline = time.monotonic() + LOCK_TIMEOUT_SECS
-        pause = 0.0005
+        pause = 0.0002
         self._db.execute("PRAGMA busy_timeout = 0")
         try:
             while True:
@@ -188,7 +286,7 @@ class SqliteKeyedState(KeyedState):
                     if "locked" not in str(exc) or time.monotonic() > deadline:
                         raise
                 time.sleep(pause)
-                pause = min(2 * pause, 0.004)
+                pause = min(2 * pause, 0.001)
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {int(LOCK_TIMEOUT_SECS * 1000)}")
 
@@ -230,6 +328,9 @@ class SqliteKeyedState(KeyedState):
         writer: str | None = None,
     ) -> dict[Any, Any]:
         encoded = {encode_json(k): k for k in deltas}
+        counts = document = None
+        if not self.opaque and self._json_each and combine is operator.add and type(initial) is int and initial == 0:
+            counts = _counts_document(encoded, deltas)  # before the lock: another writer may be waiting for it
         self._begin_writing()
         try:
             if self.opaque:
@@ -246,21 +347,21 @@ class SqliteKeyedState(KeyedState):
                     [stored_row(text, new[k], writer) for text, k in encoded.items()],
                 )
             else:
-                new = self._update_transactional(encoded, txid, deltas, combine, initial, writer)
+                document = None if counts is None else self._add_counts(counts, len(encoded), txid, writer)
+                if document is None:
+                    new = self._update_transactional(encoded, txid, deltas, combine, initial, writer)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        if document is not None:  # decoded after the commit: the next writer goes on meanwhile
+            return {encoded[text]: TransactionalValue(value, txid) for text, value in json.loads(document)}
         return new
 
     def _update_transactional(self, encoded: dict[str, Any], txid: int, deltas, combine, initial, writer) -> dict:
         """``TransactionalValue.apply`` to each key, inside ``update``'s transaction. With SQLite's JSON functions
         the batch's keys are read in one statement and written in another, so that a committer does not give up
         the GIL once per key (other batches' bolts run in this process meanwhile)."""
-        if self._json_each and combine is operator.add and type(initial) is int and initial == 0:
-            counted = self._add_counts(encoded, txid, deltas, writer)
-            if counted is not None:
-                return counted
         texts = list(encoded)
         stored = self._stored_json(texts) if self._json_each else None
         if stored is None:
@@ -289,35 +390,32 @@ class SqliteKeyedState(KeyedState):
             )
         return new
 
-    def _add_counts(self, encoded: dict[str, Any], txid: int, deltas, writer) -> dict | None:
-        """Integer counts added in SQLite itself, in one statement that reads and writes every key of the batch:
-        the committer's thread gives up the GIL for all of it. None (nothing written) unless every delta and
-        every stored value is a plain integer small enough to add exactly."""
-        pairs = []
-        for text, key in encoded.items():
-            delta = deltas[key]
-            if type(delta) is not int or not -EXACT_IN_SQL < delta < EXACT_IN_SQL:
-                return None
-            pairs.append([text, delta])
-        document = json.dumps(pairs)
-        (odd,) = self._db.execute(
-            f"SELECT count(*) FROM {self._quoted} WHERE key IN (SELECT json_extract(value, '$[0]') FROM json_each(?))"
-            " AND NOT (CAST(CAST(value AS INTEGER) AS TEXT) = value AND abs(CAST(value AS INTEGER)) < ?)",
-            [document, EXACT_IN_SQL],
-        ).fetchone()
-        if odd:
+    def _add_counts(self, counts: str, keys: int, txid: int, writer) -> str | None:
+        """Integer counts added in SQLite itself, in one statement that inserts the new keys and adds to the
+        stored ones (``counts``: ``_counts_document``, of ``keys`` keys), then one that reads the batch's keys back
+        as one JSON document, ``[[key JSON, count], ...]``: the committer's thread gives up the GIL twice for all
+        of it. A stored value that is not an integer small enough to add exactly is left as it is, and then
+        None: the general path finishes the batch (the keys this statement wrote carry ``txid`` by then, which
+        the general path leaves as they are)."""
+        table = self._quoted
+        written = self._db.execute(
+            f"INSERT INTO {table} (key, value, prev, txid, writer)"
+            " SELECT key, CAST(value AS TEXT), 'null', ?2, ?3 FROM json_each(?1) WHERE true"
+            f" ON CONFLICT (key) DO UPDATE SET value = CASE WHEN {table}.txid = ?2 THEN {table}.value"  # in already
+            f" ELSE CAST(CAST({table}.value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT) END,"
+            " prev = 'null', txid = ?2, writer = ?3"
+            f" WHERE CAST(CAST({table}.value AS INTEGER) AS TEXT) = {table}.value"
+            f" AND abs(CAST({table}.value AS INTEGER)) < ?4",
+            [counts, txid, writer, EXACT_IN_SQL],
+        ).rowcount
+        if written != keys:
             return None
-        rows = self._db.execute(
-            "WITH batch(key, delta) AS (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')"
-            " FROM json_each(?1))"
-            f" INSERT INTO {self._quoted} (key, value, prev, txid, writer)"
-            " SELECT batch.key, CASE WHEN stored.txid = ?2 THEN stored.value"  # this txid is in the value already
-            " ELSE CAST(coalesce(CAST(stored.value AS INTEGER), 0) + batch.delta AS TEXT) END, 'null', ?2, ?3"
-            f" FROM batch LEFT JOIN {self._quoted} AS stored ON stored.key = batch.key WHERE true{_REPLACING}"
-            " RETURNING key, value",
-            [document, txid, writer],
-        )
-        return {encoded[text]: TransactionalValue(int(value), txid) for text, value in rows}
+        (document,) = self._db.execute(
+            f"SELECT json_group_array(json_array(key, CAST(value AS INTEGER))) FROM {table}"
+            " WHERE key IN (SELECT key FROM json_each(?))",
+            [counts],
+        ).fetchone()
+        return document
 
     def _stored_json(self, texts: list[str]) -> dict[str, tuple] | None:
         """``{key JSON: (value, txid)}`` of the stored keys among ``texts``, read as one JSON document; None when
@@ -337,4 +435,6 @@ class SqliteKeyedState(KeyedState):
         return {as_key(decode_json(k)): self._decode((v, p, t)) for k, v, p, t in rows}
 
     def close(self) -> None:
-        self._db.close()
+        db, self._db = self._db, _CLOSED
+        if db is not _CLOSED:
+            _CONNECTIONS.keep(self.path, db, self._json_each)
