@@ -214,7 +214,7 @@ class WaveScheduler:
         self.on_generation: Callable[[int], None] | None = None
         self.hub = Hub(hub_host(sc), keys.links, handshake_timeout, max_proving) if self.hosts else None
         if self.hosts:
-            self._launch()
+            self.job.launch(self.hub, self.workers)
 
     @property
     def worker_here(self) -> InProcessWorker | None:
@@ -236,9 +236,6 @@ class WaveScheduler:
         return {t: self._task_index[t] % workers for t in self.tasks} if workers else {}
 
     # -- the worker job -----------------------------------------------------------
-    def _launch(self) -> None:
-        self.job.launch(self.hub, self.workers)
-
     def _relaunch(self, workers: int, why: str) -> None:
         """Start the run again on ``workers`` workers, every task from the last completed wave's state, as
         Nimbus reassigns a lost worker's executors to the slots that remain: the job's workers are stopped,
@@ -255,7 +252,7 @@ class WaveScheduler:
             self.balancer.resized(workers)
         self._executors_seen = self.job.executors()
         self._lost_at = time.monotonic()  # a worker of the new job that never comes leads to another shrink
-        self._launch()
+        self.job.launch(self.hub, self.workers)
 
     # -- sending ------------------------------------------------------------------
     def send(
@@ -500,7 +497,7 @@ class WaveScheduler:
             return
         self.failures_in_a_row += 1
         log.warning("topology %s: the worker job failed; launching it again", self.name, exc_info=error)
-        self._launch()
+        self.job.launch(self.hub, self.workers)
 
     def _check_workers(self) -> None:
         """Shrink onto the workers that remain when a lost one is not replaced within the replace timeout;

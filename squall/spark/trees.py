@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from squall.reliability.acker import FAILED, NOTHING, Acker, Acks, Init, Rotate, Settlement
-from squall.reliability.acks import AckBatch
+from squall.reliability.acks import AckBatch, acker_partition
 from squall.reliability.ids import IdGenerator
 
 SEQUENCE_BITS = 40  # trees per run before roots repeat: about 10^12
@@ -176,11 +176,11 @@ class PendingTrees:
         if len(self.ackers) == 1:
             (acker,) = self.ackers.values()
             return self._resolve(acker.handle(Init(tree_roots, inits, page.tasks)))
-        which = (first + np.arange(count)) % len(self._here)  # sequence s goes to the (s mod len(here))-th acker
+        owner = acker_partition(tree_roots, self.num_ackers)
         settled = []
-        for local, task in enumerate(self._here.tolist()):
-            mine = which == local
-            settled.append(self.ackers[task].handle(Init(tree_roots[mine], inits[mine], page.tasks[mine])))
+        for task, acker in self.ackers.items():
+            mine = owner == task
+            settled.append(acker.handle(Init(tree_roots[mine], inits[mine], page.tasks[mine])))
         return self._resolve(Settlement.concat(settled))
 
     def merge_acks(self, acks: AckBatch) -> Settlement:
