@@ -158,8 +158,10 @@ class BoltTask:
         local_tasks: frozenset[int] = frozenset(),
         batch_id: Any = None,
         weights: TaskWeights | None = None,
+        resources: Any = None,
     ) -> None:
-        """A new task instance, prepared; a transactional batch bolt's is prepared for ``batch_id``."""
+        """A new task instance, prepared; a transactional batch bolt's is prepared for ``batch_id``, after it is
+        handed its worker's ``resources`` if it takes them (``use_worker_resources``)."""
         topology = shipped.topology
         spec = topology.components[component]
         self.component, self.task = component, task
@@ -184,6 +186,8 @@ class BoltTask:
         self.error_streak = ErrorStreak(component, task, limit)  # its run of one repeated error (execution.py)
         task_conf = {**shipped.conf, **spec.conf}
         try:
+            if resources is not None and hasattr(self.bolt, "use_worker_resources"):
+                self.bolt.use_worker_resources(resources)
             if self.basic:
                 self.bolt.prepare(task_conf, self.context)
             elif batch_id is not None:

@@ -44,6 +44,7 @@ from squall.transactional.messages import (
     BeginBatch,
     CommitBatch,
 )
+from squall.transactional.resources import WorkerResources
 
 log = logging.getLogger("squall.transactional")
 
@@ -109,6 +110,7 @@ class TryOnWorker:
                 task_id,
                 host.capturing if component in host.late else host.plain,
                 batch_id=message.attempt,
+                resources=host.resources,
             )
             task.begin_wave(host.generation, self.seq)
             task.collector.ship = host.send
@@ -128,7 +130,11 @@ class TryOnWorker:
         task = self.tasks[batch.target]
         if batch.values:
             self.host.commits.wait_for_commits()
-            execute_batch(task.task, batch)
+            rows = getattr(task.task.bolt, "execute_rows", None)
+            if rows is None:
+                execute_batch(task.task, batch)
+            elif not self._execute_rows(task.task, rows, batch):
+                return
             status = task.task.collector.status
             if status.errors or status.failed:
                 bolt = task.task.component
@@ -138,6 +144,19 @@ class TryOnWorker:
             task.waiting.discard(batch.producer)
             if not task.waiting:
                 self._inputs_done(task)
+
+    def _execute_rows(
+        self, task: BoltTask, execute_rows: Callable[[str, list[str], list[tuple]], None], batch: Batch
+    ) -> bool:
+        """A bolt that takes a producer's rows at once (``execute_rows(component, streams, rows)``): no ``Tuple`` is
+        made per row. What it raises fails the try."""
+        task.collector.status.executed += len(batch.values)
+        try:
+            execute_rows(batch.component, batch.streams, batch.values)
+        except Exception as exc:
+            self._fail(f"{task.component} task {task.task}: {''.join(traceback.format_exception(exc))}")
+            return False
+        return True
 
     def _inputs_done(self, task: TaskInBatch) -> None:
         if task.committer and not self.committing:
@@ -277,6 +296,7 @@ class BatchTasks:
             self.readers[task] = self.topology.reader_tasks(component)
         self._to_peer, self._to_driver = to_peer, to_driver
         self.commits = CommitsFirst()
+        self.resources = WorkerResources()
         self._send_lock = threading.Lock()  # the links to the peers
         self._report_lock = threading.Lock()  # the channel to the driver: a report waits for no peer's batch
         self._closed = False
@@ -291,6 +311,7 @@ class BatchTasks:
                 self.spout_id,
                 {t: new_component(shipped, self.spout_id, t) for t in emitter_tasks},
                 generation,
+                shipped.conf,
             )
             if emitter_tasks
             else None
@@ -349,6 +370,7 @@ class BatchTasks:
             tries, self._tries = list(self._tries.values()), {}
         for attempt in tries:
             attempt.inbox.put(None)
+        self.resources.close()
 
     # -- sending, from any try's thread ----------------------------------------------------------------
     def send(self, batch: Batch) -> None:
@@ -374,6 +396,7 @@ class BatchTasks:
         while True:
             begin = self._emits.get()
             if begin is None:
+                self.emitters.close()
                 return
             with self._lock:
                 if begin.seq in self._aborted:

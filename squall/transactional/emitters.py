@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from squall.model.topology import Topology
+from squall.model.topology import Topology, TopologyContext
 from squall.spark.collectors import OutputCollector
 from squall.spark.protocol import Batch, TaskStatus
 from squall.transactional.messages import EmitPlan
@@ -45,11 +45,32 @@ class Emitted:
 
 
 class Emitters:
-    def __init__(self, topology: Topology, spout_id: str, spouts: dict[int, Any], generation: int) -> None:
-        """``spouts``: each emitter task hosted here -> its spout instance."""
+    def __init__(
+        self, topology: Topology, spout_id: str, spouts: dict[int, Any], generation: int, conf: dict | None = None
+    ) -> None:
+        """``spouts``: each emitter task hosted here -> its spout instance, opened here for its task."""
         self.topology, self.spout_id, self.spouts, self.generation = topology, spout_id, spouts, generation
         self.readers = topology.reader_tasks(spout_id)
         self._emitted: dict[tuple[int, int], Any] = {}  # (txid, partition) -> metadata, for txids in flight
+        self._uncommitted: set[int] = set()  # txids emitted here whose commit the spouts have not been told of
+        task_conf = {**(conf or {}), **topology.components[spout_id].conf}
+        for task, spout in spouts.items():
+            spout.open(task_conf, TopologyContext(topology, spout_id, task))
+
+    def close(self) -> None:
+        for spout in self.spouts.values():
+            try:
+                spout.close()
+            except Exception:
+                log.warning("%s: close() raised", self.spout_id, exc_info=True)
+
+    def _tell_committed(self, last_committed: int) -> None:
+        """Each spout here hears ``success(txid)`` once for every txid it emitted that has committed."""
+        done = sorted(t for t in self._uncommitted if t <= last_committed)
+        for txid in done:
+            self._uncommitted.discard(txid)
+            for spout in self.spouts.values():
+                spout.success(txid)
 
     def emit(
         self,
@@ -63,6 +84,8 @@ class Emitters:
         batch from each task to every reader. A partition that raises fails the batch; nothing more is sent."""
         for key in [k for k in self._emitted if k[0] < last_committed]:
             del self._emitted[key]
+        self._tell_committed(last_committed)
+        self._uncommitted.add(attempt.txid)
         done = Emitted()
         for task, spout in self.spouts.items():
             collector = OutputCollector(self.topology, self.spout_id, task, acking=False, capture=False)

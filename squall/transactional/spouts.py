@@ -26,6 +26,11 @@ from squall.model.fields import Fields, as_fields
 
 
 class _Partitioned:
+    """What both kinds share. Each emitter task has an instance of its own (unpickled where the task runs),
+    and calls, on its one emitting thread: ``open`` once, the emit methods once per partition and batch, in the
+    order batches begin, ``success(txid)`` once a txid it emitted has committed (told before the emitter's next
+    batch), and ``close`` when the task ends."""
+
     fields: Fields
 
     def num_partitions(self) -> int:
@@ -34,6 +39,15 @@ class _Partitioned:
     def is_ready(self) -> bool:
         """Whether a new transaction should start now (checked on the driver)."""
         return True
+
+    def open(self, conf: dict[str, Any], context: Any) -> None:
+        """Called once per emitter task, before its first batch: ``context`` is its ``TopologyContext``."""
+
+    def success(self, txid: int) -> None:
+        """Called once for each txid this emitter task emitted, after the txid committed."""
+
+    def close(self) -> None:
+        """Called when the emitter task ends (the topology stops, or its worker is relaunched)."""
 
 
 class PartitionedTransactionalSpout(_Partitioned):
