@@ -347,9 +347,7 @@ class OpaqueMap(MapState):
             prev = None if val is None else (val.curr if cached else val.get(tx))
             new = updater.update(prev)
             out.append(new)
-            new_vals.append(
-                OpaqueValue(tx, new) if val is None else OpaqueValue(tx, new, prev if cached else val.get(tx))
-            )
+            new_vals.append(OpaqueValue(tx, new) if val is None else val.update(tx, new))
         self.backing.multi_put(keys, new_vals)
         return out
 
