@@ -28,18 +28,20 @@ class Recorded(State):
     """Appends each batch's tuples to a SQLite table, once per (txid, partition)."""
 
     def __init__(self, path, partition):
-        self.path, self.partition = path, partition
+        self.path, self.partition, self.txid = path, partition, None
 
-    def record(self, txid, rows):
+    def begin_commit(self, txid):
+        self.txid = txid
+
+    def record(self, rows):
         db = sqlite3.connect(self.path, timeout=60)
+        key = (self.txid, self.partition)
         with db:
             db.execute("CREATE TABLE IF NOT EXISTS rows (txid INTEGER, part INTEGER, row TEXT)")
             db.execute("CREATE TABLE IF NOT EXISTS done (txid INTEGER, part INTEGER, PRIMARY KEY (txid, part))")
-            if db.execute("SELECT 1 FROM done WHERE txid=? AND part=?", (txid, self.partition)).fetchone() is None:
-                db.executemany(
-                    "INSERT INTO rows VALUES (?, ?, ?)", [(txid, self.partition, json.dumps(r)) for r in rows]
-                )
-                db.execute("INSERT INTO done VALUES (?, ?)", (txid, self.partition))
+            if db.execute("SELECT 1 FROM done WHERE txid=? AND part=?", key).fetchone() is None:
+                db.executemany("INSERT INTO rows VALUES (?, ?, ?)", [(*key, json.dumps(r)) for r in rows])
+                db.execute("INSERT INTO done VALUES (?, ?)", key)
         db.close()
 
 
@@ -51,31 +53,9 @@ class RecordFactory(StateFactory):
         return Recorded(self.path, partition_index)
 
 
-class Record(BaseStateUpdater):
-    def update_state(self, state, tuples, collector):
-        state.record(self.txid, [list(t) for t in tuples])
-
-    def prepare(self, conf, context):
-        self.txid = None
-
-
-class RecordWithTxid(Record):
-    """Records through the state's begin_commit txid."""
-
-
-class TxidState(Recorded):
-    def begin_commit(self, txid):
-        self.txid = txid
-
-
-class TxidRecordFactory(RecordFactory):
-    def make_state(self, conf, metrics, partition_index, num_partitions):
-        return TxidState(self.path, partition_index)
-
-
 class RecordRows(BaseStateUpdater):
     def update_state(self, state, tuples, collector):
-        state.record(state.txid, [list(t) for t in tuples])
+        state.record([list(t) for t in tuples])
 
 
 def settle(cluster, run, timeout=120):
@@ -98,7 +78,7 @@ def recorded(path):
 
 
 def record(stream, path):
-    return stream.partition_persist(TxidRecordFactory(path), stream.fields, RecordRows())
+    return stream.partition_persist(RecordFactory(path), stream.fields, RecordRows())
 
 
 class FailsOncePerTxid(BaseFunction):
