@@ -136,6 +136,8 @@ class RunSettings:
     # ``squall.transactional.batches.BatchTasks``). It travels by reference: the worker imports it.
     batch_host: Any = None
     committers: frozenset[str] = frozenset()  # a transactional topology's committer bolts
+    batch_spout: str | None = None  # the spout whose emitter tasks emit a transactional topology's batches
+    request_groups: dict[str, frozenset[str]] | None = None  # request spout -> the bolts its tries run
 
 
 @wire

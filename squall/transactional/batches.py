@@ -71,6 +71,7 @@ class TryOnWorker:
         self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.tasks: dict[int, TaskInBatch] = {}
         self.began = self.committing = self.processed = self.finished = False
+        self.request = False  # a request group's try: it waits for no commit and reports its results
         self.thread = threading.Thread(target=self._serve, name=f"squall-batch-{seq}", daemon=True)
         self.thread.start()
 
@@ -101,8 +102,9 @@ class TryOnWorker:
     def _begin(self, message: BeginBatch) -> None:
         self.began = True
         self.attempt = message.attempt
+        self.request = message.group is not None
         host = self.host
-        for task_id in host.tasks:
+        for task_id in host.group_tasks.get(message.group, ()):
             component = host.topology.component_of(task_id)
             task = BoltTask(
                 host.shipped,
@@ -129,7 +131,8 @@ class TryOnWorker:
     def _deliver(self, batch: Batch) -> None:
         task = self.tasks[batch.target]
         if batch.values:
-            self.host.commits.wait_for_commits()
+            if not self.request:
+                self.host.commits.wait_for_commits()
             rows = getattr(task.task.bolt, "execute_rows", None)
             if rows is None:
                 execute_batch(task.task, batch)
@@ -190,7 +193,8 @@ class TryOnWorker:
         if not all(task.done for task in self.tasks.values() if not task.late):
             return
         self.processed = True
-        self._report(PROCESSED, [t for t in self.tasks.values() if not t.late])
+        early = [t for t in self.tasks.values() if not t.late]
+        self._report(PROCESSED, early, {t.task.component: [] for t in early} if self.request else None)
         if not any(t.late for t in self.tasks.values()):  # nothing here commits: this worker is done with it
             self.finished = True
 
@@ -287,7 +291,14 @@ class BatchTasks:
         self.capturing = RunSettings(settings.run_id, settings.seed, False, True)  # commit-phase bolts: for on_commit
         self.committers = settings.committers
         self.late = frozenset(commit_phase(self.topology, settings.committers))
-        (self.spout_id,) = self.topology.spouts
+        self.spout_id = settings.batch_spout
+        emitter_tasks = [t for t in emitter_tasks if self.topology.component_of(t) == self.spout_id]
+        groups = settings.request_groups or {}
+        self.group_tasks: dict[str | None, list[int]] = {}  # request spout (None: the batches) -> its tasks here
+        for task in tasks:
+            component = self.topology.component_of(task)
+            group = next((g for g, components in groups.items() if component in components), None)
+            self.group_tasks.setdefault(group, []).append(task)
         self.producers: dict[int, set[int]] = {}
         self.readers: dict[int, list[int]] = {}
         for task in tasks:
@@ -323,12 +334,13 @@ class BatchTasks:
     # -- messages from the worker's serving loop ---------------------------------------------------
     def handle(self, message: Any) -> None:
         if isinstance(message, BeginBatch):
-            if self.emitters is not None:
+            if self.emitters is not None and message.group is None:
                 self._emits.put(message)
-            if self.tasks:
+            if self.group_tasks.get(message.group):
                 self._route(message.seq, message)
-            for batch in message.batches:  # emitted in the driver's process
-                self._route(batch.wave, batch)
+            for batch in message.batches:  # emitted in the driver's process: this worker's
+                if self.placement.get(batch.target) == self.index:
+                    self._route(batch.wave, batch)
         elif isinstance(message, Batch):
             self._route(message.wave, message)
         elif isinstance(message, CommitBatch):

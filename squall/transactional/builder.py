@@ -10,6 +10,7 @@ from squall.model.builder import BoltDeclarer, TopologyBuilder
 from squall.model.errors import InvalidTopologyError
 from squall.model.topology import Topology
 from squall.transactional.bolts import Committer
+from squall.transactional.requests import RequestGroup, RequestSpoutStandIn
 from squall.transactional.spouts import _Partitioned
 
 
@@ -32,14 +33,27 @@ def commit_phase(topology: Topology, committers: frozenset[str]) -> list[str]:
     return [c for c in topology.topological_order() if c in later]
 
 
+def downstream(topology: Topology, spout_id: str) -> frozenset[str]:
+    """Every bolt that reads, directly or not, what ``spout_id`` emits."""
+    found: set[str] = {spout_id}
+    for cid in topology.topological_order():
+        if any(sub.source in found for sub in topology.components[cid].inputs):
+            found.add(cid)
+    return frozenset(found - {spout_id})
+
+
 @dataclass(frozen=True)
 class TransactionalTopology:
+    """``spout`` (None when the topology only serves requests) emits the transactional batches; each of
+    ``requests`` serves a function's requests (DRPC) through the bolts downstream of its spout."""
+
     id: str
-    spout_id: str
-    spout: _Partitioned
+    spout_id: str | None
+    spout: _Partitioned | None
     parallelism: int
     topology: Topology
     committers: frozenset[str]
+    requests: tuple[RequestGroup, ...] = ()
 
     @property
     def commit_phase_bolts(self) -> list[str]:
@@ -53,18 +67,27 @@ class TransactionalTopology:
 
 
 class TransactionalTopologyBuilder:
-    """``id`` names the topology's durable progress, so a restart continues where it left off."""
+    """``id`` names the topology's durable progress, so a restart continues where it left off. ``spout`` may be
+    None for a topology that only serves requests (``set_request_spout``)."""
 
-    def __init__(self, id: str, spout_id: str, spout: _Partitioned, parallelism: int = 1) -> None:
-        if not isinstance(spout, _Partitioned):
+    def __init__(self, id: str, spout_id: str | None, spout: _Partitioned | None, parallelism: int = 1) -> None:
+        if spout is not None and not isinstance(spout, _Partitioned):
             raise InvalidTopologyError(
                 f"transactional topology {id!r}: spout {spout_id!r} must be a PartitionedTransactionalSpout "
                 f"or an OpaquePartitionedTransactionalSpout, got {type(spout).__name__}"
             )
         self.id, self.spout_id, self.spout, self.parallelism = id, spout_id, spout, parallelism
         self._builder = TopologyBuilder()
-        self._builder.set_spout(spout_id, _SpoutStandIn(spout), parallelism)
+        if spout is not None:
+            self._builder.set_spout(spout_id, _SpoutStandIn(spout), parallelism)
         self._committers: set[str] = set()
+        self._requests: list[tuple[str, str, Any]] = []
+
+    def set_request_spout(self, id: str, function: str, source: Any = None) -> None:
+        """A spout whose batches are ``function``'s requests, one per try, each emitted as ``[args]``; ``source``
+        is a ``RequestSource`` (None: the DRPC servers of the run's config)."""
+        self._builder.set_spout(id, RequestSpoutStandIn(), 1)
+        self._requests.append((id, function, source))
 
     def set_bolt(self, id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
         if isinstance(bolt, Committer):
@@ -77,6 +100,18 @@ class TransactionalTopologyBuilder:
 
     def build(self, conf: Mapping[str, Any] | None = None) -> TransactionalTopology:
         topology = self._builder.build(conf)
+        requests = tuple(
+            RequestGroup(sid, function, source, downstream(topology, sid)) for sid, function, source in self._requests
+        )
+        for group in requests:
+            shared = group.components & (downstream(topology, self.spout_id) if self.spout is not None else set())
+            committing = group.components & self._committers
+            if shared or committing:
+                raise InvalidTopologyError(
+                    f"transactional topology {self.id!r}: bolts {sorted(shared or committing)} read the requests "
+                    f"of {group.spout_id!r}"
+                    + (" and the transactional batches" if shared else " and commit: requests commit nothing")
+                )
         return TransactionalTopology(
-            self.id, self.spout_id, self.spout, self.parallelism, topology, frozenset(self._committers)
+            self.id, self.spout_id, self.spout, self.parallelism, topology, frozenset(self._committers), requests
         )

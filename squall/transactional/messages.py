@@ -43,6 +43,7 @@ class BeginBatch:
     plans: dict[int, list[EmitPlan]]  # emitter task -> its partitions
     batches: list[Batch] = field(default_factory=list)
     last_committed: int = 0  # emitters forget what they emitted up to it
+    group: str | None = None  # a request group's spout: the try carries one request, emitted in ``batches``
 
 
 @wire

@@ -21,6 +21,7 @@ worker fails every try in flight; the run goes on under a new generation of work
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -36,6 +37,7 @@ from squall.model.topology import Topology
 from squall.reliability.ids import IdGenerator
 from squall.security.keys import run_keys
 from squall.spark.clock import Clock
+from squall.spark.collectors import OutputCollector
 from squall.spark.failures import ErrorStreak, fatal_message
 from squall.spark.protocol import RunSettings, TaskStatus
 from squall.spark.run import TRANSACTIONAL, WaveInfo
@@ -54,6 +56,7 @@ from squall.transactional.messages import (
     CommitBatch,
     EmitPlan,
 )
+from squall.transactional.requests import RequestGroup
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
 from squall.transactional.stores import open_coordinator_store
 
@@ -62,6 +65,7 @@ log = logging.getLogger("squall.transactional")
 RECENT_COMMITS = 20  # kept for the web page
 WAIT_SECS = 0.02  # a step waits this long for the workers' reports while batches are in flight
 QUIET_MAX_SECS = 0.05  # after empty batches, new ones begin at most this far apart
+MAX_REQUESTS_IN_FLIGHT = 16  # request tries at once
 
 
 @dataclass
@@ -81,6 +85,8 @@ class TryInFlight:
     phase: str = "emit"  # emit, process, commit
     processed: bool = False
     captured: dict[str, list[tuple]] = field(default_factory=lambda: defaultdict(list))
+    request: RequestGroup | None = None  # a request group's try: ``attempt`` is the request's id
+    results: list[Any] = field(default_factory=list)
 
 
 class TransactionalRun:
@@ -115,10 +121,12 @@ class TransactionalRun:
         self.conf[cfg.TOPOLOGY_NAME], self.conf[cfg.SQUALL_RUN_ID] = name, self.run_id
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
         spout_id = ttopo.spout_id
-        pickle_component(spout_id, ttopo.spout)  # a spout that cannot travel is refused at submit
-        shipped = list(self.topology.bolts) + ([] if spouts_here else [spout_id])
-        self._broadcast = ship_topology(sc, self.topology, self.conf, shipped, {spout_id: ttopo.spout})
-        here = shipped_here(self.topology, self.conf, {spout_id: ttopo.spout}) if spouts_here else None
+        spouts = {spout_id: ttopo.spout} if ttopo.spout is not None else {}
+        for cid, spout in spouts.items():
+            pickle_component(cid, spout)  # a spout that cannot travel is refused at submit
+        shipped = list(self.topology.bolts) + ([] if spouts_here else list(spouts))
+        self._broadcast = ship_topology(sc, self.topology, self.conf, shipped, spouts)
+        here = shipped_here(self.topology, self.conf, spouts) if spouts_here else None
         workers = worker_count(sc, self.topology, self.conf[cfg.SQUALL_WORKERS], hosts_spouts=not spouts_here)
         settings = RunSettings(
             self.run_id,
@@ -127,6 +135,8 @@ class TransactionalRun:
             False,
             batch_host=BatchTasks,
             committers=ttopo.committers,
+            batch_spout=spout_id if ttopo.spout is not None else None,
+            request_groups={g.spout_id: g.components for g in ttopo.requests},
         )
         self.scheduler = WaveScheduler(
             sc,
@@ -163,6 +173,15 @@ class TransactionalRun:
         self._quiet_until = 0.0  # time.monotonic()
         self.started_at = clock.now()
         self._recent: deque[tuple[TransactionAttempt, int, float]] = deque(maxlen=RECENT_COMMITS)
+        self._decided: dict[int, list[Any]] = {}  # txid -> what the spout's driver side decided it emits
+        self._requests = [g for g in ttopo.requests]
+        for group in self._requests:
+            if group.source is None:
+                raise TopologyFailed(
+                    f"topology {name!r}: the requests of {group.function!r} have no source; give new_drpc_stream "
+                    "a LocalDRPC"
+                )
+            group.source.register(group.function, self.wake)
 
     # -- the loop ------------------------------------------------------------
     def step(self) -> WaveInfo:
@@ -188,10 +207,18 @@ class TransactionalRun:
                 if self.failure is not None:
                     raise self.failure
                 moved += 1
+            moved += self._begin_requests()
         return WaveInfo(0, moved or (1 if self._tries else 0))
 
     def _may_begin(self) -> bool:
-        return self.ttopo.spout.is_ready() and time.monotonic() >= self._quiet_until
+        spout = self.ttopo.spout
+        return spout is not None and spout.is_ready() and time.monotonic() >= self._quiet_until
+
+    def wake(self) -> None:
+        """A request came (from any thread): a step waiting for the workers returns."""
+        hub = self.scheduler.hub
+        if hub is not None:
+            hub.wake()
 
     def interrupt(self) -> None:
         self.scheduler.interrupt()
@@ -207,7 +234,7 @@ class TransactionalRun:
 
     def attempt_phases(self) -> dict[TransactionAttempt, tuple[str, float]]:
         """The attempts in flight: the phase each is in (emit, process, commit) and since when (epoch seconds)."""
-        return {t.attempt: (t.phase, t.began) for t in list(self._tries.values())}
+        return {t.attempt: (t.phase, t.began) for t in list(self._tries.values()) if t.request is None}
 
     def recent_commits(self) -> list[tuple[TransactionAttempt, int, float]]:
         """The last commits, newest first: the attempt, its tuples and its seconds from emit to commit."""
@@ -223,6 +250,11 @@ class TransactionalRun:
         if stored is not None and not isinstance(spout, OpaquePartitionedTransactionalSpout):
             n = stored["partitions"]
             plans = [EmitPlan(p, True, stored["p"][str(p)]) for p in range(n)]
+        elif hasattr(spout, "initialize_transaction"):  # the driver decides each new batch: its emitters replay it
+            n = spout.num_partitions()
+            if txid not in self._decided:  # decided once: a retry before its metadata is stored is the same batch
+                self._decided[txid] = spout.initialize_transaction(txid)
+            plans = [EmitPlan(p, True, self._decided[txid][p]) for p in range(n)]
         else:
             n = spout.num_partitions()
             if txid - 1 > self.coordinator.last_committed:
@@ -277,6 +309,9 @@ class TransactionalRun:
         if flight is None:  # aborted: what it still said is of no use
             return
         self._moved += 1
+        if flight.request is not None:
+            self._request_report(flight, report)
+            return
         if report.failure is not None:
             fatal = fatal_message(RuntimeError(report.failure))
             if fatal is not None:
@@ -302,6 +337,59 @@ class TransactionalRun:
         else:
             flight.processing.discard(report.worker)
             self._check_processed(flight)
+
+    # -- requests ----------------------------------------------------------------------------------------
+    def _begin_requests(self) -> int:
+        """Each request waiting at a source begins its try, up to ``MAX_REQUESTS_IN_FLIGHT`` at once."""
+        begun = 0
+        for group in self._requests:
+            room = MAX_REQUESTS_IN_FLIGHT - sum(1 for t in self._tries.values() if t.request is not None)
+            if room <= 0:
+                break
+            for request_id, args in group.source.take(group.function, room):
+                self._begin_request(group, request_id, args)
+                begun += 1
+        return begun
+
+    def _begin_request(self, group: RequestGroup, request_id: int, args: str) -> None:
+        """The request's ``[args]``, emitted here to the tasks that read the group's spout, with the try's
+        ``last`` batches."""
+        self._seq += 1
+        seq, scheduler = self._seq, self.scheduler
+        (task,) = self.topology.task_ids(group.spout_id)
+        collector = OutputCollector(self.topology, group.spout_id, task, acking=False, capture=False)
+        sent: list[Any] = []
+        collector.generation, collector.wave, collector.ship = scheduler.generation, seq, sent.append
+        collector.emit([args])
+        batches = sent + collector.take_last_batches(self.topology.reader_tasks(group.spout_id))
+        placement = scheduler.placement
+        hosts = {placement[t] for c in group.components for t in self.topology.task_ids(c)}
+        flight = TryInFlight(request_id, seq, time.time(), 0, set(), hosts, set(), phase="process", request=group)
+        self._tries[seq] = flight
+        begin = BeginBatch(
+            scheduler.generation, seq, request_id, {}, batches, self.coordinator.last_committed, group.spout_id
+        )
+        scheduler.send_to(sorted(hosts), begin)
+
+    def _request_report(self, flight: TryInFlight, report: BatchReport) -> None:
+        if report.failure is not None:
+            self._request_failed(flight, report.failure)
+            self.scheduler.send_to(None, AbortBatches(self.scheduler.generation, (flight.seq,)))
+            return
+        for task, (component, status) in report.statuses.items():
+            self._count(component, task, status)
+        for rows in report.captured.values():
+            flight.results.extend(rows)
+        flight.processing.discard(report.worker)
+        if not flight.processing:
+            del self._tries[flight.seq]
+            self.last_activity = self.clock.now()
+            flight.request.source.result(flight.attempt, json.dumps(flight.results, default=str))
+
+    def _request_failed(self, flight: TryInFlight, why: str) -> None:
+        self._tries.pop(flight.seq, None)
+        log.warning("%s: request %s of %r failed: %s", self.name, flight.attempt, flight.request.function, why)
+        flight.request.source.fail(flight.attempt, f"request failed: {why.strip().splitlines()[-1]}")
 
     def _count(self, component: str, task: int, status: TaskStatus) -> None:
         self.stats.of(component).add(status)
@@ -345,6 +433,10 @@ class TransactionalRun:
             self._last_empty_commit = max(self._last_empty_commit, flight.seq)
             self._quiet = min(max(2 * self._quiet, 0.002), QUIET_MAX_SECS)
             self._quiet_until = time.monotonic() + self._quiet
+        self._decided.pop(attempt.txid, None)
+        committed = getattr(self.ttopo.spout, "on_committed", None)  # the driver's own instance of the spout
+        if committed is not None:
+            committed(attempt.txid)
         for callback in self.on_commit:
             callback(attempt, flight.tuples, captured)
 
@@ -352,16 +444,20 @@ class TransactionalRun:
         """Fail ``attempt`` and every later try in flight; the coordinator emits them again."""
         if not self.coordinator.failed(attempt):
             return
-        dropped = [seq for seq, t in self._tries.items() if t.attempt.txid >= attempt.txid]
+        dropped = [seq for seq, t in self._tries.items() if t.request is None and t.attempt.txid >= attempt.txid]
         for seq in dropped:
             del self._tries[seq]
         self.stats.failed_waves += 1
         self.scheduler.send_to(None, AbortBatches(self.scheduler.generation, tuple(dropped)))
 
     def _on_generation(self, generation: int) -> None:
-        """Workers (re)started: every try in flight is lost with the tasks that held it; emit them again."""
-        if self._tries:
-            oldest = min(self._tries.values(), key=lambda t: t.attempt.txid)
+        """Workers (re)started: every try in flight is lost with the tasks that held it; emit them again (a request
+        fails)."""
+        for flight in [t for t in self._tries.values() if t.request is not None]:
+            self._request_failed(flight, "the workers restarted")
+        data = [t for t in self._tries.values() if t.request is None]
+        if data:
+            oldest = min(data, key=lambda t: t.attempt.txid)
             log.warning("%s: workers restarted; batches from txid %d run again", self.name, oldest.attempt.txid)
             self._fail(oldest.attempt)
 
@@ -398,6 +494,10 @@ class TransactionalRun:
         """Nothing to fail back: a try that has not committed is emitted again when the topology next runs."""
 
     def close(self) -> None:
+        for group in self._requests:
+            group.source.unregister(group.function)
+        for flight in [t for t in self._tries.values() if t.request is not None]:
+            self._request_failed(flight, "the topology stopped")
         self.scheduler.close()
         self._tries.clear()
         self.store.close()

@@ -49,6 +49,16 @@ class _Partitioned:
     def close(self) -> None:
         """Called when the emitter task ends (the topology stops, or its worker is relaunched)."""
 
+    # A spout may also define, called on the driver's own instance, on the run's thread:
+    # ``initialize_transaction(txid) -> [meta per partition]``: the driver decides each new batch; each partition
+    # then emits exactly its meta (``emit_partition_batch``), the first time and on a replay alike.
+    # ``on_committed(txid)``: txid committed.
+
+
+def is_transactional_spout(spout: object) -> bool:
+    """Whether ``spout`` is a transactional or opaque partitioned spout."""
+    return isinstance(spout, _Partitioned)
+
 
 class PartitionedTransactionalSpout(_Partitioned):
     def emit_partition_batch_new(self, tx, collector, partition: int, last_meta: Any) -> Any:

@@ -55,7 +55,11 @@ class TaskPlan:
             make = lambda: factory.make_state(conf, None, index, n)  # noqa: E731
             return resources.get(key, make) if resources is not None else make()
 
-        env = TaskEnv(conf, index, n, plan.component, state, context.component_tasks)
+        def state_lock(state_id: str) -> Any:
+            key = ("trident-state-lock", state_id, index)
+            return resources.get(key, threading.RLock) if resources is not None else threading.RLock()
+
+        env = TaskEnv(conf, index, n, plan.component, state, state_lock, context.component_tasks)
         self.roots = {key: (tuple_type(r.fields), r.skip, r.receivers) for key, r in plan.roots.items()}
         for processor in plan.processors:
             processor.prepare(env)

@@ -29,6 +29,8 @@ class Node:
     spout: Any = None
     txid: str | None = None
     committer: bool = False
+    function: str | None = None  # a DRPC stream's spout: the function it serves (``spout`` is its source)
+    colocate: Node | None = None  # a state query: the node that updates the state it reads
     children: list[Node] = field(default_factory=list)
 
     def __repr__(self) -> str:

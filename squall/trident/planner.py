@@ -23,7 +23,7 @@ from squall.model.fields import Fields
 from squall.transactional.builder import TransactionalTopology, TransactionalTopologyBuilder
 from squall.trident.bolt import GroupPlan, Root, SubtopologyBolt
 from squall.trident.graph import OPERATION, PARTITION, SPOUT, Node
-from squall.trident.processors import Bridge
+from squall.trident.processors import Bridge, Results
 from squall.trident.spouts import BatchSpout, BatchSpoutEmitter, spout_fields
 
 SPOUT_STREAM = "default"
@@ -96,15 +96,16 @@ class _Classes:
 def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> TransactionalTopology:
     spouts = [n for n in nodes if n.kind == SPOUT]
     if not spouts:
-        raise InvalidTopologyError("a Trident topology needs a stream: call new_stream(txid, spout)")
-    (spout,) = spouts
+        raise InvalidTopologyError(
+            "a Trident topology needs a stream: call new_stream(txid, spout) or new_drpc_stream(function, drpc)"
+        )
+    data = next((n for n in spouts if n.function is None), None)
     ops = [n for n in nodes if n.kind == OPERATION]
-    if not ops:
-        raise InvalidTopologyError(f"Trident stream {spout.txid!r} has no operation")
+    last_of = _batch_groups(nodes, spouts)
     group_of = _merge_fully(ops)
     groups = sorted(set(group_of.values()), key=lambda g: g.first)
 
-    # identity edges, and the classes of one parallelism
+    # identity edges and colocated queries, and the classes of one parallelism they make
     classes = _Classes()
     identity: list[tuple[Node, Node]] = []
     for n in nodes:
@@ -113,7 +114,10 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         for c in n.children:
             if c.kind == OPERATION and (n.kind == SPOUT or group_of[n] is not group_of[c]):
                 identity.append((n, c))
-                classes.union(spout if n.kind == SPOUT else group_of[n], group_of[c])
+                classes.union(n if n.kind == SPOUT else group_of[n], group_of[c])
+    for n in ops:
+        if n.colocate is not None:  # a query runs where the state it reads is kept: same tasks, same workers
+            classes.union(group_of[n], group_of[n.colocate])
     hints: dict[Any, int] = {}
     for g in groups:
         own = [n.parallelism for n in g.nodes if n.parallelism]
@@ -121,29 +125,31 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         if own:
             root = classes.find(g)
             hints[root] = max(hints.get(root, 1), *own)
-    if spout.parallelism:
+    caps: dict[Any, int] = {}
+    for spout in spouts:
         root = classes.find(spout)
-        hints[root] = max(hints.get(root, 1), spout.parallelism)
-    cap = _max_parallelism(spout.spout)
-    spout_class = classes.find(spout)
+        if spout.parallelism:
+            hints[root] = max(hints.get(root, 1), spout.parallelism)
+        cap = _max_parallelism(spout.spout) if spout.function is None else None
+        if cap:
+            caps[root] = min(caps.get(root, cap), cap)
     for g in groups:
         root = classes.find(g)
-        g.parallelism = hints.get(root, 1)
-        if root is spout_class and cap:
-            g.parallelism = min(g.parallelism, cap)
-    spout_tasks = min(hints.get(spout_class, 1), cap) if cap else hints.get(spout_class, 1)
+        g.parallelism = min(hints.get(root, 1), caps.get(root, hints.get(root, 1)))
+    if data is not None:
+        root = classes.find(data)
+        data_tasks = min(hints.get(root, 1), caps.get(root, hints.get(root, 1)))
 
     # ids
-    spout_id = f"spout-{spout.txid}"
+    spout_ids = {s: f"spout-{s.txid}" if s.function is None else f"spout-{s.function}" for s in spouts}
     for i, g in enumerate(groups):
         names = list(dict.fromkeys(n.name for n in g.nodes if n.name))
         g.id = "-".join([f"b-{i}", *names])
 
     # streams, bridges and roots
-    user_fields, skip = spout_fields(spout.spout)
     streams = 0
 
-    def reads(reader: Group, source: str, stream: str, fields: Fields, skip_: int, grouping: tuple) -> Root:
+    def reads(reader: Group, source: str, stream: str, fields: Fields, skip: int, grouping: tuple) -> Root:
         key = (source, stream)
         if key in reader.roots:
             if (source, stream, grouping) not in reader.inputs:
@@ -153,8 +159,10 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
                 )
             return reader.roots[key]
         reader.inputs.append((source, stream, grouping))
-        root = reader.roots[key] = Root(tuple(fields), skip_)
+        root = reader.roots[key] = Root(tuple(fields), skip)
         return root
+
+    extra: dict[Group, list[Any]] = {g: [] for g in groups}  # processors beyond the group's nodes
 
     def bridge(source: Group, node: Node, reader: Group, grouping: tuple) -> str:
         nonlocal streams
@@ -162,7 +170,9 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         stream = f"s{streams}"
         source.outputs[stream] = list(node.fields)
         mode = {"batch_global": "batch", "identity": "same"}.get(grouping[0], "route")
-        node.processor.children.append((Bridge(-streams, f"{source.id} to {reader.id}", stream, mode, reader.id), 0))
+        out = Bridge(-streams, f"{source.id} to {reader.id}", stream, mode, reader.id)
+        node.processor.children.append((out, 0))
+        extra[source].append(out)
         return stream
 
     for g in groups:
@@ -170,7 +180,6 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
             for c in n.children:
                 if c.kind == OPERATION and group_of[c] is g:
                     n.processor.children.append((c.processor, c.parents.index(n)))
-    bridge_processors: dict[Group, list[Any]] = {g: [] for g in groups}
     for n in nodes:
         for c in n.children:
             if c.kind == OPERATION and (n, c) in identity:
@@ -187,24 +196,68 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
                     spout_grouping = {"identity": ("local_or_shuffle",), "batch_global": ("global",)}.get(
                         grouping[0], grouping
                     )
-                    root = reads(reader, spout_id, SPOUT_STREAM, user_fields, skip, spout_grouping)
+                    fields, skip = spout_fields(n.spout) if n.function is None else (n.fields, 0)
+                    root = reads(reader, spout_ids[n], SPOUT_STREAM, fields, skip, spout_grouping)
                 else:
                     source = group_of[n]
                     stream = bridge(source, n, reader, grouping)
-                    bridge_processors[source].append(n.processor.children[-1][0])
                     root = reads(reader, source.id, stream, n.fields, 0, grouping)
                 for target in readers:
                     root.receivers.append((target.processor, target.parents.index(via)))
+    for spout, last in last_of.items():  # what a DRPC stream's last operation emits is its request's result
+        results = Results(-1, f"results of {spout.function!r}")
+        last.processor.children.append((results, 0))
+        extra[group_of[last]].append(results)
 
-    builder = TransactionalTopologyBuilder(spout.txid, spout_id, _emitter(spout.spout, spout_tasks), spout_tasks)
+    if data is not None:
+        builder = TransactionalTopologyBuilder(data.txid, spout_ids[data], _emitter(data.spout, data_tasks), data_tasks)
+    else:
+        builder = TransactionalTopologyBuilder("drpc-" + "-".join(s.function for s in spouts), None, None)
+    for spout in spouts:
+        if spout.function is not None:
+            builder.set_request_spout(spout_ids[spout], spout.function, spout.spout)
     for g in groups:
-        processors = [n.processor for n in g.nodes] + bridge_processors[g]
-        bolt = SubtopologyBolt(GroupPlan(g.id, processors, g.roots), g.outputs)
+        bolt = SubtopologyBolt(GroupPlan(g.id, [n.processor for n in g.nodes] + extra[g], g.roots), g.outputs)
         committer = any(n.committer for n in g.nodes)
         declarer = (builder.set_committer_bolt if committer else builder.set_bolt)(g.id, bolt, g.parallelism)
         for source, stream, grouping in g.inputs:
             _subscribe(declarer, source, stream, grouping)
     return builder.build(dict(conf or {}))
+
+
+def _batch_groups(nodes: list[Node], spouts: list[Node]) -> dict[Node, Node]:
+    """Each DRPC stream's last operation. The nodes joined (by any edge) to a spout are its batch group; one
+    group holds one spout."""
+    parts = _Classes()
+    for n in nodes:
+        for p in n.parents:
+            parts.union(n, p)
+    owner: dict[Any, Node] = {}
+    for spout in spouts:
+        root = parts.find(spout)
+        if root in owner:
+            other = owner[root]
+            raise InvalidTopologyError(
+                f"the streams of {_spout_name(other)} and {_spout_name(spout)} meet (merge, join); a Trident "
+                "topology cannot mix the batches of two spouts"
+            )
+        owner[root] = spout
+    last_of: dict[Node, Node] = {}
+    for spout in spouts:
+        if spout.function is None:
+            continue
+        last = max((n for n in nodes if parts.find(n) is parts.find(spout)), key=lambda n: n.id)
+        if last.kind != OPERATION:
+            raise InvalidTopologyError(
+                f"the DRPC stream of {spout.function!r} must end with an operation (each, project, aggregate, "
+                "state_query), not a repartition"
+            )
+        last_of[spout] = last
+    return last_of
+
+
+def _spout_name(spout: Node) -> str:
+    return f"new_stream({spout.txid!r})" if spout.function is None else f"new_drpc_stream({spout.function!r})"
 
 
 def _max_parallelism(spout: Any) -> int | None:

@@ -63,6 +63,7 @@ class TaskEnv:
     num_partitions: int
     component: str
     state: Callable[[str, StateFactory], State]  # the task's state for a state id, made once
+    state_lock: Callable[[str], Any]  # held while the state is updated or read
     tasks_of: Callable[[str], list[int]]  # a component's task ids
 
     def operation_context(self) -> TridentOperationContext:
@@ -306,6 +307,7 @@ class PartitionPersist(Processor):
 
     def prepare(self, env: TaskEnv) -> None:
         self.state = env.state(self.state_id, self.factory)
+        self.state_lock = env.state_lock(self.state_id)
         self.updater.prepare(env.conf, env.operation_context())
 
     def start_batch(self, ctx: BatchContext) -> None:
@@ -321,12 +323,71 @@ class PartitionPersist(Processor):
         txid = ctx.txid
         self.collector.ctx = ctx
         state = self.state
-        state.begin_commit(txid)
-        self.updater.update_state(state, tuples, self.collector)
-        state.commit(txid)
+        with self.state_lock:
+            state.begin_commit(txid)
+            self.updater.update_state(state, tuples, self.collector)
+            state.commit(txid)
 
     def cleanup(self) -> None:
         self.updater.cleanup()
+
+
+class StateQuery(Processor):
+    """Buffers the batch's tuples; at its end, one ``batch_retrieve`` for all of them (under the state's lock),
+    then ``execute`` per tuple, whose emits are appended to it."""
+
+    def __init__(
+        self,
+        node_id,
+        label,
+        state_id: str,
+        factory: StateFactory,
+        function,
+        positions,
+        input_fields,
+        out_fields,
+        fn_fields,
+    ) -> None:
+        super().__init__(node_id, label)
+        self.state_id, self.factory, self.function = state_id, factory, function
+        self.project = _projection(positions, input_fields)
+        self.collector = _Appending(self, out_fields, fn_fields)
+
+    def prepare(self, env: TaskEnv) -> None:
+        self.state = env.state(self.state_id, self.factory)
+        self.state_lock = env.state_lock(self.state_id)
+        self.function.prepare(env.conf, env.operation_context())
+
+    def start_batch(self, ctx: BatchContext) -> None:
+        ctx.slots[self.node_id] = []
+
+    def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
+        ctx.slots[self.node_id].append(tup)
+
+    def finish_batch(self, ctx: BatchContext) -> None:
+        tuples = ctx.slots.pop(self.node_id)
+        if not tuples:
+            return
+        args = [self.project(t) for t in tuples]
+        with self.state_lock:
+            results = self.function.batch_retrieve(self.state, args)
+        if len(results) != len(args):
+            raise ValueError(f"{self.label}: batch_retrieve gave {len(results)} results for {len(args)} tuples")
+        collector = self.collector
+        collector.ctx = ctx
+        for tup, arg, result in zip(tuples, args, results, strict=True):
+            collector.input = tup
+            self.function.execute(arg, result, collector)
+
+    def cleanup(self) -> None:
+        self.function.cleanup()
+
+
+class Results(Processor):
+    """A DRPC stream's last step: what reaches it is the request's result, reported to the driver."""
+
+    def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
+        ctx.collector.captured.append(list(tup))
 
 
 class MultiReduce(Processor):

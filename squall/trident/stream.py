@@ -33,11 +33,13 @@ from squall.trident.processors import (
     PartitionAggregate,
     PartitionPersist,
     Project,
+    StateQuery,
 )
 from squall.trident.state import (
     CombinerAggStateUpdater,
     MapCombinerAggStateUpdater,
     MapReducerAggStateUpdater,
+    QueryFunction,
     ReducerAggStateUpdater,
     StateFactory,
     StateUpdater,
@@ -251,7 +253,27 @@ class Stream:
             lambda i, label: PartitionPersist(i, label, state_id, factory, updater, where, wanted, out),
             committer=True,
         )
-        return TridentState(self._topology, stream._node, state_id)
+        return TridentState(self._topology, stream._node, state_id, factory)
+
+    def state_query(
+        self, state: TridentState, input_fields: FieldsLike, function: QueryFunction, function_fields: FieldsLike
+    ) -> Stream:
+        """Reads ``state`` for each tuple (``function.batch_retrieve`` once per batch and partition, then
+        ``function.execute`` per tuple, whose emits are appended). The query runs on the tasks that hold the state:
+        partition the stream as the state is (``group_by`` the same fields) to find each key where it is."""
+        if not isinstance(state, TridentState):
+            raise TypeError(f"state_query takes a TridentState, got {type(state).__name__}")
+        wanted, fn_fields = as_field_list(input_fields), as_field_list(function_fields)
+        op = f"state_query({type(function).__name__})"
+        where = positions(op, self.fields, wanted)
+        out = _appended(op, self.fields, fn_fields)
+        return self._op(
+            out,
+            lambda i, label: StateQuery(
+                i, label, state.state_id, state.factory, function, where, wanted, out, fn_fields
+            ),
+            colocate=state._node,
+        )
 
     def _extreme(self, key: Any, least: bool, op: str) -> Stream:
         """Each partition's tuple of the least (or greatest) key, per batch: Storm's ``minBy``/``maxBy``, which
@@ -397,6 +419,12 @@ class GroupedStream:
             return moved.partition_persist(factory, wanted, MapReducerAggStateUpdater(agg, len(group)), out)
         raise TypeError("persistent_aggregate takes a CombinerAggregator or a ReducerAggregator")
 
+    def state_query(
+        self, state: TridentState, input_fields: FieldsLike, function: QueryFunction, function_fields: FieldsLike
+    ) -> Stream:
+        """The query, with each group on the task that holds its key in ``state``."""
+        return self.stream.partition_by(self.group).state_query(state, input_fields, function, function_fields)
+
     def each(self, *args: Any) -> GroupedStream:
         return GroupedStream(self.stream.each(*args), self.group)
 
@@ -408,15 +436,19 @@ class GroupedStream:
 
 
 class TridentState:
-    """What ``persistent_aggregate`` and ``partition_persist`` return: the state, for ``state_query``, and the
-    stream of its new values."""
+    """What ``persistent_aggregate`` and ``partition_persist`` return (and ``new_static_state``, with no stream):
+    the state, for ``state_query``, and the stream of its new values."""
 
-    def __init__(self, topology: Any, node: Node, state_id: str) -> None:
-        self._topology, self._node, self.state_id = topology, node, state_id
+    def __init__(self, topology: Any, node: Node | None, state_id: str, factory: StateFactory) -> None:
+        self._topology, self._node, self.state_id, self.factory = topology, node, state_id, factory
 
     def new_values_stream(self) -> Stream:
+        if self._node is None:
+            raise ValueError("a static state has no stream of new values")
         return Stream(self._topology, self._node, self._node.name)
 
     def parallelism_hint(self, n: int) -> TridentState:
+        if self._node is None:
+            raise ValueError("a static state takes the parallelism of the streams that query it")
         Stream(self._topology, self._node).parallelism_hint(n)
         return self

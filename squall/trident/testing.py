@@ -3,13 +3,16 @@ small operations Storm's own Trident tests use."""
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from squall.model.config import TOPOLOGY_MAX_TASK_PARALLELISM
-from squall.model.fields import as_fields
-from squall.trident.operation import BaseAggregator, BaseFunction, TridentCollector
+from squall.model.fields import Fields, as_fields
+from squall.transactional.spouts import PartitionedTransactionalSpout
+from squall.trident.operation import BaseAggregator, BaseFilter, BaseFunction, TridentCollector
 from squall.trident.spouts import BatchSpout
 from squall.trident.state import (
     MapState,
@@ -159,3 +162,67 @@ class TuplifyArgs(BaseFunction):
         import json
 
         collector.emit(json.loads(tup[0]))
+
+
+class FeederBatchSpout(PartitionedTransactionalSpout):
+    """A spout a test feeds: ``feed(list_of_values)`` makes the next batch of those tuples, and returns once that
+    batch has committed (as Storm's ``FeederBatchSpout``). A batch begins only when something was fed.
+
+    Each batch is decided on the driver, where the test's own instance lives, and its tuples travel as the batch's
+    metadata, so a replay is the same batch: transactional. Feed it from the test's thread while a
+    ``LocalCluster`` runs the topology (its own thread moves the batches); the values must be JSON."""
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = Fields("tx", *as_fields(fields))
+        self._fed: deque[tuple[list[list[Any]], threading.Event]] = deque()
+        self._waiting: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # the emitters on the workers need only the fields
+        return {"fields": self.fields}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(list(state["fields"])[1:])
+
+    def __deepcopy__(self, memo: dict) -> FeederBatchSpout:
+        return self
+
+    def feed(self, tuples: Sequence[Any], timeout: float = 120.0) -> None:
+        fields = list(self.fields)[1:]
+        done = threading.Event()
+        with self._lock:
+            self._fed.append(([_values(fields, v) for v in tuples], done))
+        if not done.wait(timeout):
+            raise TimeoutError(f"the fed batch did not commit within {timeout}s")
+
+    def num_partitions(self) -> int:
+        return 1
+
+    def is_ready(self) -> bool:
+        return bool(self._fed)
+
+    def initialize_transaction(self, txid: int) -> list[dict[str, Any]]:
+        with self._lock:
+            tuples, done = self._fed.popleft() if self._fed else ([], None)
+            if done is not None:
+                self._waiting[txid] = done
+        return [{"tuples": tuples}]
+
+    def on_committed(self, txid: int) -> None:
+        done = self._waiting.pop(txid, None)
+        if done is not None:
+            done.set()
+
+    def emit_partition_batch(self, tx: Any, collector: Any, partition: int, meta: Any) -> None:
+        for values in meta["tuples"]:
+            collector.emit([tx, *values])
+
+    def emit_partition_batch_new(self, tx: Any, collector: Any, partition: int, last_meta: Any) -> Any:
+        raise RuntimeError("a FeederBatchSpout's batches are decided on the driver")
+
+
+class TrueFilter(BaseFilter):
+    """Keeps every tuple."""
+
+    def is_keep(self, tup: TridentTuple) -> bool:
+        return True

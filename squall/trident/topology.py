@@ -7,13 +7,15 @@ from typing import Any
 
 from squall.model.fields import Fields
 from squall.transactional.builder import TransactionalTopology
-from squall.transactional.spouts import _Partitioned
+from squall.transactional.requests import REQUEST_FIELDS
+from squall.transactional.spouts import is_transactional_spout
 from squall.trident.graph import OPERATION, SPOUT, Node
 from squall.trident.impl import IdentityMultiReducer, JoinerMultiReducer
 from squall.trident.operation import MultiReducer
 from squall.trident.processors import MultiReduce
 from squall.trident.spouts import BatchSpout, spout_fields
-from squall.trident.stream import FieldsLike, Stream, as_field_list, positions
+from squall.trident.state import StateFactory
+from squall.trident.stream import FieldsLike, Stream, TridentState, as_field_list, positions
 
 
 class TridentTopology:
@@ -45,18 +47,32 @@ class TridentTopology:
         names where the stream's progress is kept: a topology submitted again under it goes on from there."""
         if not isinstance(txid, str) or not txid:
             raise ValueError(f"new_stream: txid must be a non-empty string, got {txid!r}")
-        if not isinstance(spout, (BatchSpout, _Partitioned)):
+        if not (isinstance(spout, BatchSpout) or is_transactional_spout(spout)):
             raise TypeError(
                 f"new_stream({txid!r}): {type(spout).__name__} is not a BatchSpout, a PartitionedTransactionalSpout "
                 "or an OpaquePartitionedTransactionalSpout"
             )
-        if any(n.kind == SPOUT for n in self._nodes):
+        if any(n.kind == SPOUT and n.function is None for n in self._nodes):
             raise ValueError(
                 f"new_stream({txid!r}): this topology already has a stream; squall runs one new_stream per "
                 "TridentTopology (merge or branch that stream instead)"
             )
         fields, _ = spout_fields(spout)
         return Stream(self, self.add_node(SPOUT, fields, [], spout=spout, txid=txid))
+
+    def new_drpc_stream(self, function: str, drpc: Any = None) -> Stream:
+        """A stream of ``function``'s DRPC requests, one field ``args``: each request is a batch of one tuple, and
+        what the stream's last operation emits for it is the request's result (the JSON list of its tuples).
+        ``drpc``: a ``LocalDRPC``."""
+        if not isinstance(function, str) or not function:
+            raise ValueError(f"new_drpc_stream: the function must be a non-empty string, got {function!r}")
+        if any(n.function == function for n in self._nodes):
+            raise ValueError(f"new_drpc_stream({function!r}): this topology already serves {function!r}")
+        return Stream(self, self.add_node(SPOUT, REQUEST_FIELDS, [], spout=drpc, function=function))
+
+    def new_static_state(self, factory: StateFactory) -> TridentState:
+        """A state no stream updates (a lookup table, a database): each task that queries it makes its own."""
+        return TridentState(self, None, self.state_id(), factory)
 
     def multi_reduce(
         self,

@@ -1,0 +1,128 @@
+"""Storm's Trident integration tests (TridentIntegrationTest), as users write them: a LocalCluster, a LocalDRPC,
+and the exact results Storm's tests expect."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from squall import LocalCluster
+from squall.drpc import DRPCExecutionException, LocalDRPC
+from squall.trident import TridentTopology
+from squall.trident.builtin import Count, FilterNull, MapGet, Sum, TupleCollectionGet
+from squall.trident.testing import (
+    CountAsAggregator,
+    FeederBatchSpout,
+    MemoryMapState,
+    Split,
+    StringLength,
+    TrueFilter,
+)
+
+
+def run(drpc, topology, conf=None):
+    """Submit to a fresh LocalCluster: its thread moves the batches and the requests."""
+    cluster = LocalCluster()
+    cluster.submit_topology("tester", conf or {}, topology.build())
+    return cluster
+
+
+def as_multiset(text):
+    return Counter(json.dumps(row) for row in json.loads(text))
+
+
+def test_memory_map_get_tuples_and_the_word_count_with_drpc():
+    with LocalDRPC() as drpc:
+        topology = TridentTopology()
+        feeder = FeederBatchSpout(["sentence"])
+        word_counts = (
+            topology.new_stream("tester", feeder)
+            .each(["sentence"], Split(), ["word"])
+            .group_by(["word"])
+            .persistent_aggregate(MemoryMapState.Factory(), Count(), ["count"])
+            .parallelism_hint(6)
+        )
+        topology.new_drpc_stream("all-tuples", drpc).broadcast().state_query(
+            word_counts, ["args"], TupleCollectionGet(), ["word", "count"]
+        ).project(["word", "count"])
+        (
+            topology.new_drpc_stream("words", drpc)
+            .each(["args"], Split(), ["word"])
+            .group_by(["word"])
+            .state_query(word_counts, ["word"], MapGet(), ["count"])
+            .aggregate(["count"], Sum(), ["sum"])
+            .project(["sum"])
+        )
+        with run(drpc, topology) as cluster:
+            feeder.feed([["hello the man said"], ["the"]])
+            assert as_multiset(drpc.execute("all-tuples", "man")) == as_multiset(
+                '[["hello",1],["said",1],["the",2],["man",1]]'
+            )
+            assert json.loads(drpc.execute("words", "the")) == [[2]]
+            assert json.loads(drpc.execute("words", "hello")) == [[1]]
+            feeder.feed([["the foo"]])
+            assert as_multiset(drpc.execute("all-tuples", "man")) == as_multiset(
+                '[["hello",1],["said",1],["the",3],["man",1],["foo",1]]'
+            )
+            feeder.feed([["the man on the moon"], ["where are you"]])
+            assert json.loads(drpc.execute("words", "the")) == [[5]]
+            assert json.loads(drpc.execute("words", "man")) == [[2]]
+            assert json.loads(drpc.execute("words", "man where you the")) == [[9]]
+            assert not cluster.failures, cluster.failures
+
+
+def test_count_agg_split_merge_groupings_and_repartitions_over_drpc():
+    with LocalDRPC() as drpc:
+        topology = TridentTopology()
+        (
+            topology.new_drpc_stream("numwords", drpc)
+            .each(["args"], Split(), ["word"])
+            .aggregate(CountAsAggregator(), ["count"])
+            .parallelism_hint(2)
+            .project(["count"])
+        )
+        s = topology.new_drpc_stream("splitter", drpc)
+        s1 = s.each(["args"], Split(), ["word"]).project(["word"])
+        s2 = s.each(["args"], StringLength(), ["len"]).project(["len"])
+        topology.merge(s1, s2)
+        t = topology.new_drpc_stream("tester", drpc).each(["args"], TrueFilter())
+        g1 = t.group_by(["args"]).aggregate(CountAsAggregator(), ["count"])
+        g2 = t.group_by(["args"]).aggregate(CountAsAggregator(), ["count"])
+        topology.merge(g1, g2)
+        (
+            topology.new_drpc_stream("repartitions", drpc)
+            .each(["args"], Split(), ["word"])
+            .local_or_shuffle()
+            .shuffle()
+            .aggregate(CountAsAggregator(), ["count"])
+        )
+        with run(drpc, topology) as cluster:
+            for _ in range(100):
+                assert json.loads(drpc.execute("numwords", "the")) == [[1]]
+            assert json.loads(drpc.execute("numwords", "")) == [[0]]
+            assert json.loads(drpc.execute("numwords", "1 2 3 4 5 6 7 8")) == [[8]]
+            assert as_multiset(drpc.execute("splitter", "the man")) == as_multiset('[[7],["the"],["man"]]')
+            assert as_multiset(drpc.execute("splitter", "hello")) == as_multiset('[[5],["hello"]]')
+            assert as_multiset(drpc.execute("tester", "the")) == as_multiset('[["the",1],["the",1]]')
+            assert as_multiset(drpc.execute("tester", "aaaaa")) == as_multiset('[["aaaaa",1],["aaaaa",1]]')
+            assert json.loads(drpc.execute("repartitions", "the man")) == [[2]]
+            assert json.loads(drpc.execute("repartitions", "aaa")) == [[1]]
+            assert not cluster.failures, cluster.failures
+
+
+class Explodes(Split):
+    def execute(self, tup, collector):
+        if tup[0] == "boom":
+            raise RuntimeError("boom")
+        super().execute(tup, collector)
+
+
+def test_a_request_whose_operation_raises_fails_its_caller_and_the_next_one_is_served():
+    with LocalDRPC() as drpc:
+        topology = TridentTopology()
+        topology.new_drpc_stream("words", drpc).each(["args"], Explodes(), ["word"]).each(["word"], FilterNull())
+        with run(drpc, topology) as cluster:
+            with pytest.raises(DRPCExecutionException, match="boom"):
+                drpc.execute("words", "boom")
+            assert sorted(json.loads(drpc.execute("words", "a b"))) == [["a b", "a"], ["a b", "b"]]
+            assert not cluster.failures, cluster.failures
