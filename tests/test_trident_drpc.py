@@ -8,7 +8,7 @@ import pytest
 
 from squall import LocalCluster
 from squall.drpc import DRPCExecutionException, LocalDRPC
-from squall.trident import TridentTopology
+from squall.trident import BaseFunction, CombinerAggregator, MapState, ReadOnlyState, StateFactory, TridentTopology
 from squall.trident.builtin import Count, FilterNull, MapGet, Sum, TupleCollectionGet
 from squall.trident.testing import (
     CountAsAggregator,
@@ -20,10 +20,10 @@ from squall.trident.testing import (
 )
 
 
-def run(drpc, topology, conf=None):
+def run(topology):
     """Submit to a fresh LocalCluster: its thread moves the batches and the requests."""
     cluster = LocalCluster()
-    cluster.submit_topology("tester", conf or {}, topology.build())
+    cluster.submit_topology("tester", {}, topology.build())
     return cluster
 
 
@@ -53,7 +53,7 @@ def test_memory_map_get_tuples_and_the_word_count_with_drpc():
             .aggregate(["count"], Sum(), ["sum"])
             .project(["sum"])
         )
-        with run(drpc, topology) as cluster:
+        with run(topology) as cluster:
             feeder.feed([["hello the man said"], ["the"]])
             assert as_multiset(drpc.execute("all-tuples", "man")) == as_multiset(
                 '[["hello",1],["said",1],["the",2],["man",1]]'
@@ -96,7 +96,7 @@ def test_count_agg_split_merge_groupings_and_repartitions_over_drpc():
             .shuffle()
             .aggregate(CountAsAggregator(), ["count"])
         )
-        with run(drpc, topology) as cluster:
+        with run(topology) as cluster:
             for _ in range(100):
                 assert json.loads(drpc.execute("numwords", "the")) == [[1]]
             assert json.loads(drpc.execute("numwords", "")) == [[0]]
@@ -121,8 +121,82 @@ def test_a_request_whose_operation_raises_fails_its_caller_and_the_next_one_is_s
     with LocalDRPC() as drpc:
         topology = TridentTopology()
         topology.new_drpc_stream("words", drpc).each(["args"], Explodes(), ["word"]).each(["word"], FilterNull())
-        with run(drpc, topology) as cluster:
+        with run(topology) as cluster:
             with pytest.raises(DRPCExecutionException, match="boom"):
                 drpc.execute("words", "boom")
             assert sorted(json.loads(drpc.execute("words", "a b"))) == [["a b", "a"], ["a b", "b"]]
+            assert not cluster.failures, cluster.failures
+
+
+TWEETERS_DB = {
+    "foo.com/blog/1": ["sally", "bob", "tim", "george", "nathan"],
+    "engineering.twitter.com/blog/5": ["adam", "david", "sally", "nathan"],
+    "tech.backtype.com/blog/123": ["tim", "mike", "john"],
+}
+FOLLOWERS_DB = {
+    "sally": ["bob", "tim", "alice", "adam", "jim", "chris", "jai"],
+    "bob": ["sally", "nathan", "jim", "mary", "david", "vivian"],
+    "tim": ["alex"],
+    "nathan": ["sally", "bob", "adam", "harry", "chris", "vivian", "emily", "jordan"],
+    "adam": ["david", "carissa"],
+    "mike": ["john", "bob"],
+    "john": ["alice", "nathan", "jim", "mike", "bob"],
+}
+
+
+class StaticSingleKeyMapState(ReadOnlyState, MapState):
+    """storm-starter's lookup table: a key's value in a dict, read only."""
+
+    def __init__(self, db):
+        self.db = db
+
+    class Factory(StateFactory):
+        def __init__(self, db):
+            self.db = db
+
+        def make_state(self, conf, metrics, partition_index, num_partitions):
+            return StaticSingleKeyMapState(self.db)
+
+    def multi_get(self, keys):
+        return [self.db.get(key[0]) for key in keys]
+
+
+class ExpandList(BaseFunction):
+    def execute(self, tup, collector):
+        for value in tup[0] or ():
+            collector.emit([value])
+
+
+class One(CombinerAggregator):
+    def init(self, tup):
+        return 1
+
+    def combine(self, a, b):
+        return 1
+
+    def zero(self):
+        return 1
+
+
+def test_reach_of_a_url_from_two_static_states():
+    """storm-starter's TridentReach: the distinct followers of everyone who tweeted a URL."""
+    with LocalDRPC() as drpc:
+        topology = TridentTopology()
+        url_to_tweeters = topology.new_static_state(StaticSingleKeyMapState.Factory(TWEETERS_DB))
+        tweeters_to_followers = topology.new_static_state(StaticSingleKeyMapState.Factory(FOLLOWERS_DB))
+        (
+            topology.new_drpc_stream("reach", drpc)
+            .state_query(url_to_tweeters, ["args"], MapGet(), ["tweeters"])
+            .each(["tweeters"], ExpandList(), ["tweeter"])
+            .shuffle()
+            .state_query(tweeters_to_followers, ["tweeter"], MapGet(), ["followers"])
+            .each(["followers"], ExpandList(), ["follower"])
+            .group_by(["follower"])
+            .aggregate(One(), ["one"])
+            .aggregate(["one"], Sum(), ["reach"])
+        )
+        with run(topology) as cluster:
+            assert drpc.execute("reach", "foo.com/blog/1") == "[[16]]"
+            assert drpc.execute("reach", "engineering.twitter.com/blog/5") == "[[14]]"
+            assert drpc.execute("reach", "aaa") == "[[0]]"
             assert not cluster.failures, cluster.failures

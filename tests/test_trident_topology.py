@@ -3,7 +3,8 @@
 import pytest
 
 from squall.trident import TridentTopology
-from squall.trident.builtin import Count, Sum
+from squall.model.errors import InvalidTopologyError
+from squall.trident.builtin import Count, MapGet, Sum
 from squall.trident.state import CombinerAggStateUpdater
 from squall.trident.testing import FixedBatchSpout, MemoryMapState, Split, StringLength
 
@@ -87,3 +88,20 @@ def test_the_word_count_plans_two_bolts_with_the_spout_capped_at_one_task():
     assert built.committers == {"b-1"}
     (sub,) = graph.components["b-1"].inputs
     assert (sub.source, sub.grouping.name) == ("b-0", "fields")
+
+
+def test_a_state_query_naming_a_missing_field_fails_where_it_is_made():
+    topology = TridentTopology()
+    counts = words(topology).group_by(["word"]).persistent_aggregate(MemoryMapState.Factory(), Count(), ["count"])
+    request = topology.new_drpc_stream("words").each(["args"], Split(), ["word"]).group_by(["word"])
+    with pytest.raises(ValueError, match=r"non-existent field 'word1' from a stream with fields \['args', 'word'\]"):
+        request.state_query(counts, ["word1"], MapGet(), ["count"])
+
+
+def test_a_drpc_stream_and_a_batch_stream_may_not_meet():
+    topology = TridentTopology()
+    batches = words(topology).project(["word"])
+    requests = topology.new_drpc_stream("words").each(["args"], Split(), ["word"]).project(["word"])
+    topology.merge(batches, requests)
+    with pytest.raises(InvalidTopologyError, match="cannot mix the batches of two spouts"):
+        topology.build()

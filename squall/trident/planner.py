@@ -22,8 +22,10 @@ from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields
 from squall.transactional.builder import TransactionalTopology, TransactionalTopologyBuilder
 from squall.trident.bolt import GroupPlan, Root, SubtopologyBolt
+from squall.trident.builtin import Count, Sum
 from squall.trident.graph import OPERATION, PARTITION, SPOUT, Node
-from squall.trident.processors import Bridge, Results
+from squall.trident.impl import CombinerPartial
+from squall.trident.processors import Bridge, EachFunction, FusedCount, PartitionAggregate, Results
 from squall.trident.spouts import BatchSpout, BatchSpoutEmitter, spout_fields
 
 SPOUT_STREAM = "default"
@@ -176,9 +178,10 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         return stream
 
     for g in groups:
+        _fuse(g)
         for n in g.nodes:
             for c in n.children:
-                if c.kind == OPERATION and group_of[c] is g:
+                if c.kind == OPERATION and group_of[c] is g and c.processor is not n.processor:
                     n.processor.children.append((c.processor, c.parents.index(n)))
     for n in nodes:
         for c in n.children:
@@ -217,7 +220,8 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         if spout.function is not None:
             builder.set_request_spout(spout_ids[spout], spout.function, spout.spout)
     for g in groups:
-        bolt = SubtopologyBolt(GroupPlan(g.id, [n.processor for n in g.nodes] + extra[g], g.roots), g.outputs)
+        processors = list(dict.fromkeys(n.processor for n in g.nodes)) + extra[g]
+        bolt = SubtopologyBolt(GroupPlan(g.id, processors, g.roots), g.outputs)
         committer = any(n.committer for n in g.nodes)
         declarer = (builder.set_committer_bolt if committer else builder.set_bolt)(g.id, bolt, g.parallelism)
         for source, stream, grouping in g.inputs:
@@ -258,6 +262,30 @@ def _batch_groups(nodes: list[Node], spouts: list[Node]) -> dict[Node, Node]:
 
 def _spout_name(spout: Node) -> str:
     return f"new_stream({spout.txid!r})" if spout.function is None else f"new_drpc_stream({spout.function!r})"
+
+
+def _fuse(group: Group) -> None:
+    """A function whose one consumer is a grouped ``Count`` or ``Sum`` over the function's own fields (the first
+    half of ``group_by(...).aggregate`` or ``persistent_aggregate``) runs fused with it (``FusedCount``)."""
+    for n in group.nodes:
+        if not isinstance(n.processor, EachFunction) or len(n.children) != 1:
+            continue
+        (c,) = n.children
+        agg = c.processor
+        if c.kind != OPERATION or c not in group.nodes or c.parents != [n] or not isinstance(agg, PartitionAggregate):
+            continue
+        if not isinstance(agg.agg, CombinerPartial) or type(agg.agg.agg) not in (Count, Sum):
+            continue
+        base = n.processor.base
+        if not agg.group_positions or min(agg.group_positions) < base:
+            continue
+        value_at = None
+        if type(agg.agg.agg) is Sum:
+            if agg.positions is None or agg.positions[0] < base:
+                continue
+            value_at = agg.positions[0] - base
+        fused = FusedCount(n.processor, agg, [p - base for p in agg.group_positions], value_at)
+        n.processor = c.processor = fused
 
 
 def _max_parallelism(spout: Any) -> int | None:

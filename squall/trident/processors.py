@@ -75,6 +75,10 @@ def _check_arity(where: str, values: Sequence[Any], fields: Sequence[str]) -> No
         raise ValueError(f"{where} emitted {len(values)} values {list(values)!r} for the fields {list(fields)}")
 
 
+def _same(tup: TridentTuple) -> TridentTuple:
+    return tup
+
+
 def _key_of(positions: Sequence[int]) -> Callable[[tuple], tuple]:
     if len(positions) == 1:
         (i,) = positions
@@ -82,7 +86,10 @@ def _key_of(positions: Sequence[int]) -> Callable[[tuple], tuple]:
     return lambda tup: tuple(tup[i] for i in positions)
 
 
-def _projection(positions: Sequence[int], fields: Sequence[str]) -> Callable[[tuple], TridentTuple]:
+def _projection(positions: Sequence[int] | None, fields: Sequence[str]) -> Callable[[tuple], TridentTuple]:
+    """What an operation sees of a tuple: its input fields (``positions`` None: all of them, as they are)."""
+    if positions is None:
+        return _same
     kind = tuple_type(fields)
     if len(positions) == 1:
         (i,) = positions
@@ -152,6 +159,7 @@ class EachFunction(Processor):
         self.function = function
         self.project = _projection(positions, input_fields)
         self.collector = _Appending(self, out_fields, fn_fields)
+        self.base = len(out_fields) - len(fn_fields)  # where the function's own fields begin
 
     def prepare(self, env: TaskEnv) -> None:
         self.function.prepare(env.conf, env.operation_context())
@@ -230,6 +238,7 @@ class PartitionAggregate(Processor):
         super().__init__(node_id, label)
         self.agg, self.group_size = agg, len(group_positions)
         self.group_key = _key_of(group_positions)
+        self.positions, self.group_positions = positions, list(group_positions)
         self.project = _projection(positions, input_fields)
         self.out_fields = list(out_fields)
         self.fn_fields = self.out_fields[self.group_size :]
@@ -388,6 +397,62 @@ class Results(Processor):
 
     def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
         ctx.collector.captured.append(list(tup))
+
+
+class _Counting(TridentCollector):
+    """A function's emits added up by key, as a grouped ``Count`` or ``Sum`` on its own fields would."""
+
+    def __init__(self, label: str, fn_fields: Sequence[str], key_at: list[int], value_at: int | None) -> None:
+        self.label, self.fn_fields, self.width = label, list(fn_fields), len(fn_fields)
+        self.key_at, self.value_at = key_at, value_at
+        self.one = key_at[0] if len(key_at) == 1 else None
+        self.counts: dict[Any, Any] = {}
+
+    def emit(self, values: Sequence[Any]) -> None:
+        if len(values) != self.width:
+            _check_arity(self.label, values, self.fn_fields)
+        key = values[self.one] if self.one is not None else tuple(values[i] for i in self.key_at)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + (1 if self.value_at is None else values[self.value_at])
+
+    def report_error(self, error: BaseException) -> None:
+        log.error("%s: %s", self.label, error, exc_info=error)
+
+
+class FusedCount(Processor):
+    """``each(function)`` straight into a grouped ``Count`` (or ``Sum``) over the function's own fields, on the
+    same partitions: the function's emits are added up in a dict, with no tuple made per emit. It passes on what
+    the two would: each group's fields and its partial value, once per batch."""
+
+    def __init__(self, each: EachFunction, agg: PartitionAggregate, key_at: list[int], value_at: int | None) -> None:
+        super().__init__(agg.node_id, f"{each.label} and {agg.label}")
+        self.each, self.agg = each, agg
+        self.function, self.project = each.function, each.project
+        self.collector = _Counting(each.label, each.collector.function_fields, key_at, value_at)
+        self.make = tuple_type(agg.out_fields)
+        self.single = len(key_at) == 1
+
+    def prepare(self, env: TaskEnv) -> None:
+        self.each.prepare(env)
+        self.agg.prepare(env)
+
+    def start_batch(self, ctx: BatchContext) -> None:
+        ctx.slots[self.node_id] = {}
+
+    def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
+        self.collector.counts = ctx.slots[self.node_id]
+        self.function.execute(self.project(tup), self.collector)
+
+    def finish_batch(self, ctx: BatchContext) -> None:
+        make, children = self.make, self.children
+        for key, value in ctx.slots.pop(self.node_id).items():
+            out = make((key, value)) if self.single else make((*key, value))
+            for child, index in children:
+                child.receive(ctx, index, out)
+
+    def cleanup(self) -> None:
+        self.each.cleanup()
+        self.agg.cleanup()
 
 
 class MultiReduce(Processor):

@@ -66,6 +66,12 @@ def positions(op: str, available: Fields, wanted: Fields) -> list[int]:
     return [available.index(name) for name in wanted]
 
 
+def inputs(op: str, available: Fields, wanted: Fields) -> list[int] | None:
+    """``positions``, or None when ``wanted`` is every field in order: the operation sees the tuple itself."""
+    where = positions(op, available, wanted)
+    return None if where == list(range(len(available))) else where
+
+
 def _appended(op: str, base: Fields, added: Fields) -> Fields:
     clash = [f for f in added if f in base]
     if clash:
@@ -124,14 +130,14 @@ class Stream:
         if len(args) != 3 or not isinstance(args[1], Function):
             raise TypeError("each takes (input_fields, function, function_fields) or (input_fields, filter)")
         input_fields, function, function_fields = as_field_list(args[0]), args[1], as_field_list(args[2])
-        where = positions(f"each({type(function).__name__})", self.fields, input_fields)
+        where = inputs(f"each({type(function).__name__})", self.fields, input_fields)
         out = _appended(f"each({type(function).__name__})", self.fields, function_fields)
         return self._op(
             out, lambda i, label: EachFunction(i, label, function, where, input_fields, out, function_fields)
         )
 
     def _filter(self, input_fields: Fields, filter: Filter) -> Stream:
-        where = positions(f"each({type(filter).__name__})", self.fields, input_fields)
+        where = inputs(f"each({type(filter).__name__})", self.fields, input_fields)
         return self._op(self.fields, lambda i, label: EachFilter(i, label, filter, where, input_fields))
 
     def filter(self, *args: Any) -> Stream:
@@ -206,7 +212,7 @@ class Stream:
         return self._partition_aggregate((), input_fields, as_aggregator(agg), function_fields)
 
     def _partition_aggregate(self, group: Fields, input_fields: Fields, agg: Aggregator, fn_fields: Fields) -> Stream:
-        where = positions("partition_aggregate", self.fields, input_fields)
+        where = inputs("partition_aggregate", self.fields, input_fields)
         group_at = positions("group_by", self.fields, group)
         out = Fields(*group, *fn_fields)
         return self._op(out, lambda i, label: PartitionAggregate(i, label, agg, where, input_fields, group_at, out))
@@ -246,7 +252,7 @@ class Stream:
         batch's commit phase."""
         wanted = as_field_list(input_fields)
         out = Fields() if function_fields is None else as_field_list(function_fields)
-        where = positions("partition_persist", self.fields, wanted)
+        where = inputs("partition_persist", self.fields, wanted)
         state_id = self._topology.state_id()
         stream = self._op(
             out,
@@ -265,7 +271,7 @@ class Stream:
             raise TypeError(f"state_query takes a TridentState, got {type(state).__name__}")
         wanted, fn_fields = as_field_list(input_fields), as_field_list(function_fields)
         op = f"state_query({type(function).__name__})"
-        where = positions(op, self.fields, wanted)
+        where = inputs(op, self.fields, wanted)
         out = _appended(op, self.fields, fn_fields)
         return self._op(
             out,
