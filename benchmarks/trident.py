@@ -20,10 +20,10 @@ from word_count import WORDS_PER_SENTENCE, make_sentences, squall_throughput
 
 from squall import LocalCluster
 from squall.drpc import LocalDRPC
+from squall.transactional import MemoryTransactionalSpout
 from squall.trident import BaseFunction, TridentTopology
 from squall.trident.builtin import Count, TupleCollectionGet
 from squall.trident.testing import MemoryMapState
-from squall.transactional import MemoryTransactionalSpout
 
 
 class Split(BaseFunction):

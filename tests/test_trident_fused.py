@@ -8,12 +8,12 @@ from hypothesis import strategies as st
 
 from squall.model.attempt import TransactionAttempt
 from squall.model.topology import TopologyContext
+from squall.transactional.resources import WorkerResources
 from squall.trident import BaseFunction, TridentTopology
 from squall.trident.bolt import TaskPlan
 from squall.trident.builtin import Count, Sum
 from squall.trident.processors import FusedCount
 from squall.trident.testing import FixedBatchSpout, MemoryMapState
-from squall.transactional.resources import WorkerResources
 
 
 class SplitWithLength(BaseFunction):

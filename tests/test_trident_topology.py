@@ -2,8 +2,8 @@
 
 import pytest
 
-from squall.trident import TridentTopology
 from squall.model.errors import InvalidTopologyError
+from squall.trident import TridentTopology
 from squall.trident.builtin import Count, MapGet, Sum
 from squall.trident.state import CombinerAggStateUpdater
 from squall.trident.testing import FixedBatchSpout, MemoryMapState, Split, StringLength
