@@ -229,6 +229,41 @@ def activate(name: str, url: str, token: str | None) -> None:
 
 
 @main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="the address to listen on")
+@click.option("--port", type=click.IntRange(0, 65535), default=3772, show_default=True, help="0: any free port")
+@click.option(
+    "--timeout-secs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="a request unanswered this long fails (drpc.request.timeout.secs)",
+)
+def drpc(host: str, port: int, timeout_secs: float) -> None:
+    """Serve DRPC: callers POST /drpc/<function> (Storm's DRPC HTTP API, or DRPCClient); topologies take the
+    requests through drpc.servers and drpc.port. Every route needs the token written to
+    ~/.squall/drpc/<host>_<port>.token. Runs until interrupted."""
+    import signal
+    import threading
+
+    from squall.drpc.server import DRPCServer
+    from squall.model.errors import SquallError
+
+    try:
+        server = DRPCServer(host, port, timeout_secs)
+    except SquallError as exc:
+        _fail(exc)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    click.echo(f"squall drpc serving on {server.host}:{server.port}; token in {server.token_file}", err=True)
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+
+
+@main.command()
 @click.option("--sentence", default="the cow jumped over the moon", show_default=True)
 def demo(sentence: str) -> None:
     """Walk one sentence of the word-count topology through the groupings and the XOR acker, without Spark."""

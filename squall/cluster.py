@@ -129,10 +129,19 @@ class LocalCluster:
         self.failures.pop(name, None)
         self._surfaced.discard(name)
         if isinstance(topology, TransactionalTopology):
+            from squall.drpc.client import DRPCInvocations
             from squall.transactional.runtime import TransactionalRun
 
             run_conf = self._run_conf(conf, topology.topology.conf)
-            run = TransactionalRun(name, topology, run_conf, self.sc, self.clock, spouts_here=self.spouts_here)
+            run = TransactionalRun(
+                name,
+                topology,
+                run_conf,
+                self.sc,
+                self.clock,
+                spouts_here=self.spouts_here,
+                remote_requests=DRPCInvocations.from_conf,
+            )
         elif isinstance(topology, Topology):
             run = TopologyRun(
                 name,

@@ -43,6 +43,7 @@ class DRPC:
         self._requests: dict[int, _Request] = {}
         self._wakes: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # a request was queued
         self._closed = False
 
     # -- callers --------------------------------------------------------------------------------------
@@ -59,6 +60,7 @@ class DRPC:
             request = _Request(next(self._ids), function, args, time.monotonic() + limit)
             self._requests[request.id] = request
             self._queues.setdefault(function, deque()).append(request)
+            self._arrived.notify_all()
             wake = self._wakes.get(function)
         if wake is not None:
             wake()
@@ -81,13 +83,29 @@ class DRPC:
             self._wakes.pop(function, None)
 
     def take(self, function: str, most: int) -> list[tuple[int, str]]:
-        taken = []
         with self._lock:
+            return [(i, args) for i, _, args in self._take_locked([function], most)]
+
+    def fetch(self, functions: list[str], most: int, wait_secs: float) -> list[tuple[int, str, str]]:
+        """Up to ``most`` requests for any of ``functions``, as ``(id, function, args)``, waiting up to
+        ``wait_secs`` for the first (the invocations API's long poll)."""
+        deadline = time.monotonic() + wait_secs
+        with self._lock:
+            while True:
+                taken = self._take_locked(functions, most)
+                left = deadline - time.monotonic()
+                if taken or left <= 0 or self._closed:
+                    return taken
+                self._arrived.wait(left)
+
+    def _take_locked(self, functions: list[str], most: int) -> list[tuple[int, str, str]]:
+        taken: list[tuple[int, str, str]] = []
+        for function in functions:
             queue = self._queues.get(function)
             while queue and len(taken) < most:
                 request = queue.popleft()
                 if not request.done.is_set():
-                    taken.append((request.id, request.args))
+                    taken.append((request.id, function, request.args))
         return taken
 
     def result(self, request_id: int, text: str) -> None:
@@ -106,6 +124,7 @@ class DRPC:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._arrived.notify_all()
             waiting = list(self._requests)
         for request_id in waiting:
             self.fail(request_id, "Server Shutting Down")

@@ -54,6 +54,13 @@ SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
 SQUALL_TRANSACTIONAL_STORE = "squall.transactional.store"
+# Storm's DRPC keys: the DRPC servers a topology's DRPC streams take requests from, and their port
+DRPC_SERVERS = "drpc.servers"
+DRPC_PORT = "drpc.port"
+DRPC_REQUEST_TIMEOUT_SECS = "drpc.request.timeout.secs"  # a request unanswered this long fails
+SQUALL_DRPC_TOKEN = "squall.drpc.token"  # the DRPC servers' token (None: the token file this machine's server wrote)
+# Storm's: a Trident topology begins a batch at most this often (LocalCluster uses 50 unless told)
+TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS = "topology.trident.batch.emit.interval.millis"
 # Connection URLs that connectors use when they are not given one
 SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
 SQUALL_AMQP_URL = "squall.amqp.url"  # amqp://guest:guest@127.0.0.1:5672/%2F
@@ -110,6 +117,10 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
+    DRPC_SERVERS: None,
+    DRPC_PORT: 3772,
+    DRPC_REQUEST_TIMEOUT_SECS: 600,
+    SQUALL_DRPC_TOKEN: None,
     SQUALL_REDIS_URL: None,
     SQUALL_AMQP_URL: None,
     SQUALL_POSTGRESQL_URL: None,
@@ -216,6 +227,12 @@ def _user_password(v: Any) -> str | None:
     return None if isinstance(v, str) and ":" in v and v.partition(":")[0] else "'user:password'"
 
 
+def _hosts(v: Any) -> str | None:
+    if isinstance(v, (list, tuple)) and v and all(isinstance(h, str) and h for h in v):
+        return None
+    return "a list of host names"
+
+
 def _store(v: Any) -> str | None:
     if isinstance(v, str) and v:
         scheme, sep, _ = v.partition("://")
@@ -253,6 +270,10 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,
+    DRPC_SERVERS: _optional(_hosts),
+    DRPC_PORT: _port,
+    DRPC_REQUEST_TIMEOUT_SECS: _positive_number,
+    SQUALL_DRPC_TOKEN: _optional(_non_empty_str),
     SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),
     SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),
     SQUALL_POSTGRESQL_URL: _optional(_url("postgresql", "postgres")),

@@ -26,7 +26,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark import SparkContext
@@ -105,9 +106,11 @@ class TransactionalRun:
         sc: SparkContext,
         clock: Clock,
         spouts_here: bool = False,
+        remote_requests: Callable[[dict], Any] | None = None,
     ) -> None:
         """``spouts_here``: the emitter tasks run on a worker in this process (``TestCluster``), else on the
-        Spark job's workers."""
+        Spark job's workers. ``remote_requests(conf)``: the ``RequestSource`` of request groups given none (the
+        DRPC servers of the config)."""
         self.name = name
         self.ttopo = ttopo
         self.topology: Topology = ttopo.topology
@@ -174,13 +177,13 @@ class TransactionalRun:
         self.started_at = clock.now()
         self._recent: deque[tuple[TransactionAttempt, int, float]] = deque(maxlen=RECENT_COMMITS)
         self._decided: dict[int, list[Any]] = {}  # txid -> what the spout's driver side decided it emits
-        self._requests = [g for g in ttopo.requests]
+        self._remote = None  # the DRPC servers' requests, for the groups given no source
+        if any(g.source is None for g in ttopo.requests):
+            if remote_requests is None:
+                raise TopologyFailed(f"topology {name!r}: its DRPC streams need a LocalDRPC here")
+            self._remote = remote_requests(self.conf)
+        self._requests = [g if g.source is not None else replace(g, source=self._remote) for g in ttopo.requests]
         for group in self._requests:
-            if group.source is None:
-                raise TopologyFailed(
-                    f"topology {name!r}: the requests of {group.function!r} have no source; give new_drpc_stream "
-                    "a LocalDRPC"
-                )
             group.source.register(group.function, self.wake)
 
     # -- the loop ------------------------------------------------------------

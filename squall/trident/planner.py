@@ -143,7 +143,7 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         data_tasks = min(hints.get(root, 1), caps.get(root, hints.get(root, 1)))
 
     # ids
-    spout_ids = {s: f"spout-{s.txid}" if s.function is None else f"spout-{s.function}" for s in spouts}
+    spout_ids = {s: f"spout-{s.txid}" if s.function is None else f"drpc-{s.function}" for s in spouts}
     for i, g in enumerate(groups):
         names = list(dict.fromkeys(n.name for n in g.nodes if n.name))
         g.id = "-".join([f"b-{i}", *names])

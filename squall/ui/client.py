@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,44 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from squall.model.errors import SquallError
-from squall.ui.server import WILDCARD, token_dir, token_path
+from squall.security import tokens
+from squall.ui.server import SERVICE
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TOKEN_ENV = "SQUALL_UI_TOKEN"
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-
-def _this_machine() -> set[str]:
-    """This machine's own names and the addresses they resolve to here (``/etc/hosts``)."""
-    names = {socket.gethostname().lower()}
-    try:
-        canonical, aliases, addresses = socket.gethostbyname_ex(socket.gethostname())
-        names |= {canonical.lower(), *(a.lower() for a in aliases), *addresses}
-    except OSError:
-        pass
-    return names
-
-
-def token_hosts(host: str) -> list[str]:
-    """The bound hosts whose token file may serve a URL naming ``host``, most specific first."""
-    host = host.strip("[]").lower()
-    hosts = [host]
-    if host in LOOPBACK_NAMES:
-        hosts += [name for name in LOOPBACK_NAMES if name != host]
-    if host in LOOPBACK_NAMES or host in _this_machine():
-        hosts.append(WILDCARD)  # a server bound to every address answers there too
-    return hosts
 
 
 def token_file_for(url: str) -> Path | None:
     """The token file a squall run on this machine wrote for the server at ``url``, if there is one."""
     parts = urllib.parse.urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    for host in token_hosts(parts.hostname or ""):
-        path = token_path(host, port)
-        if path.is_file():
-            return path
-    return None
+    return tokens.token_file(SERVICE, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
 
 
 class UIClient:
@@ -77,8 +49,8 @@ class UIClient:
             parts = urllib.parse.urlsplit(self.url)
             raise SquallError(
                 f"no token for {self.url}: this machine's squall runs left no token file for "
-                f"{parts.hostname}:{parts.port or 80} in {token_dir()}, and a token is only sent to the host and "
-                f"port it was made for. For a squall run elsewhere, give its token: --token TOKEN, or "
+                f"{parts.hostname}:{parts.port or 80} in {tokens.token_dir(SERVICE)}, and a token is only sent to "
+                f"the host and port it was made for. For a squall run elsewhere, give its token: --token TOKEN, or "
                 f"{TOKEN_ENV}=TOKEN (it is in ~/.squall/ui/<host>_<port>.token on the machine that runs it)"
             )
         try:

@@ -18,19 +18,16 @@ Bearer <token>``. The server binds to 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import asyncio
-import errno
 import hmac
 import json
 import logging
 import math
-import os
 import secrets
 import socket
 import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import uvicorn
 from starlette.applications import Starlette
@@ -42,6 +39,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from squall.model.errors import SquallError
+from squall.security import tokens
 from squall.ui.figures import component_detail, system_components, topology_detail, topology_summary
 from squall.ui.metrics import exposition
 
@@ -49,52 +47,19 @@ log = logging.getLogger("squall.ui")
 
 EVENT_SECS = 1.0  # the page's figures are pushed this often
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-WILDCARD = "0.0.0.0"  # the name a server bound to every address (0.0.0.0, ::) keeps its token under
-
-
-def token_dir() -> Path:
-    return Path.home() / ".squall" / "ui"
+SERVICE = "ui"  # its tokens are under ~/.squall/ui
+WILDCARD = tokens.WILDCARD
 
 
 def token_path(host: str, port: int) -> Path:
-    """Where the server bound to ``host``:``port`` keeps its token: ``~/.squall/ui/<host>_<port>.token``,
-    owner-only. By host and port, so that a client sends a token only to the address it was made for
-    (``squall.ui.client`` says which URLs those are)."""
-    name = host.strip("[]").lower()
-    if name in ("", "::", WILDCARD):
-        name = WILDCARD
-    return token_dir() / f"{quote(name, safe='.-')}_{port}.token"
-
-
-def _write_token(path: Path, token: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    temporary = path.with_suffix(f".tmp-{os.getpid()}")
-    temporary.unlink(missing_ok=True)
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(token)
-    os.replace(temporary, path)
+    """Where the web UI bound to ``host``:``port`` keeps its token: ``~/.squall/ui/<host>_<port>.token``,
+    owner-only (``squall.security.tokens``)."""
+    return tokens.token_path(SERVICE, host, port)
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise SquallError(
-                f"the web UI cannot listen on {host}:{port}: the port is in use; choose another"
-                " (squall run --ui-port N, or squall.ui.port), or 0 for any free port"
-            ) from None
-        raise SquallError(f"the web UI cannot listen on {host}:{port}: {exc}") from None
-    sock.listen(128)
-    return sock
+    hint = "choose another (squall run --ui-port N, or squall.ui.port), or 0 for any free port"
+    return tokens.listen(host, port, "the web UI", hint)
 
 
 class UIServer:
@@ -113,7 +78,7 @@ class UIServer:
         self.host, self.port = host, self._socket.getsockname()[1]
         self.token = secrets.token_urlsafe(32)
         self.token_file = token_path(self.host, self.port)
-        _write_token(self.token_file, self.token)
+        tokens.write_token(self.token_file, self.token)
         self._closing = False
         config = uvicorn.Config(
             self._app(), log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
@@ -135,11 +100,7 @@ class UIServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()
-        try:
-            if self.token_file.read_text() == self.token:
-                self.token_file.unlink()
-        except OSError:
-            pass
+        tokens.forget_token(self.token_file, self.token)
 
     # -- the app ---------------------------------------------------------------------
     def _runs(self) -> dict[str, tuple[Any, bool]]:
