@@ -10,7 +10,7 @@ from squall.model.builder import BoltDeclarer, TopologyBuilder
 from squall.model.errors import InvalidTopologyError
 from squall.model.topology import Topology
 from squall.transactional.bolts import Committer
-from squall.transactional.requests import RequestGroup, RequestSpoutStandIn
+from squall.transactional.requests import TUPLES, RequestGroup, RequestSpoutStandIn
 from squall.transactional.spouts import _Partitioned
 
 
@@ -81,13 +81,16 @@ class TransactionalTopologyBuilder:
         if spout is not None:
             self._builder.set_spout(spout_id, _SpoutStandIn(spout), parallelism)
         self._committers: set[str] = set()
-        self._requests: list[tuple[str, str, Any]] = []
+        self._requests: list[tuple[str, str, Any, bool, str]] = []
 
-    def set_request_spout(self, id: str, function: str, source: Any = None) -> None:
-        """A spout whose batches are ``function``'s requests, one per try, each emitted as ``[args]``; ``source``
-        is a ``RequestSource`` (None: the DRPC servers of the run's config)."""
-        self._builder.set_spout(id, RequestSpoutStandIn(), 1)
-        self._requests.append((id, function, source))
+    def set_request_spout(
+        self, id: str, function: str, source: Any = None, with_id: bool = False, result: str = TUPLES
+    ) -> None:
+        """A spout whose batches are ``function``'s requests, one per try, each emitted as ``[args]`` (with
+        ``with_id``, ``[request id, args]``); ``source`` is a ``RequestSource`` (None: the DRPC servers of the run's
+        config). ``result``: how the result rows answer the caller (``requests.TUPLES`` or ``requests.VALUE``)."""
+        self._builder.set_spout(id, RequestSpoutStandIn(with_id), 1)
+        self._requests.append((id, function, source, with_id, result))
 
     def set_bolt(self, id: str, bolt: Any, parallelism: int = 1) -> BoltDeclarer:
         if isinstance(bolt, Committer):
@@ -101,7 +104,8 @@ class TransactionalTopologyBuilder:
     def build(self, conf: Mapping[str, Any] | None = None) -> TransactionalTopology:
         topology = self._builder.build(conf)
         requests = tuple(
-            RequestGroup(sid, function, source, downstream(topology, sid)) for sid, function, source in self._requests
+            RequestGroup(sid, function, source, downstream(topology, sid), with_id, result)
+            for sid, function, source, with_id, result in self._requests
         )
         for group in requests:
             shared = group.components & (downstream(topology, self.spout_id) if self.spout is not None else set())

@@ -9,6 +9,7 @@ do not go through the transactional coordinator, wait for no commit, and write n
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,6 +17,8 @@ from typing import Any, Protocol
 from squall.model.fields import Fields
 
 REQUEST_FIELDS = Fields("args")
+REQUEST_WITH_ID_FIELDS = Fields("request", "args")  # a linear DRPC topology's: the request's id first
+TUPLES, VALUE = "tuples", "value"  # a result: the JSON list of the result rows, or the first row's second value
 
 
 class RequestSource(Protocol):
@@ -45,12 +48,24 @@ class RequestGroup:
     function: str
     source: Any  # a RequestSource; None: the run's ``drpc.servers``
     components: frozenset[str]
+    with_id: bool = False  # each request is emitted as ``[id, args]`` (else ``[args]``)
+    result: str = TUPLES
+
+    def values(self, request_id: int, args: str) -> list[Any]:
+        return [request_id, args] if self.with_id else [args]
+
+    def answer(self, rows: list[Any]) -> str | None:
+        """The caller's answer from the result rows (None: there is none)."""
+        if self.result == TUPLES:
+            return json.dumps(rows, default=str)
+        return str(rows[0][1]) if rows else None
 
 
 class RequestSpoutStandIn:
-    """What the topology model sees of a request group's spout: its one field."""
+    """What the topology model sees of a request group's spout: its fields."""
 
-    outputs = REQUEST_FIELDS
+    def __init__(self, with_id: bool = False) -> None:
+        self.outputs = REQUEST_WITH_ID_FIELDS if with_id else REQUEST_FIELDS
 
     def next_tuple(self) -> None:  # requests are emitted by the driver
         pass

@@ -21,7 +21,6 @@ worker fails every try in flight; the run goes on under a new generation of work
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -363,7 +362,7 @@ class TransactionalRun:
         collector = OutputCollector(self.topology, group.spout_id, task, acking=False, capture=False)
         sent: list[Any] = []
         collector.generation, collector.wave, collector.ship = scheduler.generation, seq, sent.append
-        collector.emit([args])
+        collector.emit(group.values(request_id, args))
         batches = sent + collector.take_last_batches(self.topology.reader_tasks(group.spout_id))
         placement = scheduler.placement
         hosts = {placement[t] for c in group.components for t in self.topology.task_ids(c)}
@@ -387,7 +386,11 @@ class TransactionalRun:
         if not flight.processing:
             del self._tries[flight.seq]
             self.last_activity = self.clock.now()
-            flight.request.source.result(flight.attempt, json.dumps(flight.results, default=str))
+            answer = flight.request.answer(flight.results)
+            if answer is None:
+                flight.request.source.fail(flight.attempt, "request failed: the topology gave no result")
+            else:
+                flight.request.source.result(flight.attempt, answer)
 
     def _request_failed(self, flight: TryInFlight, why: str) -> None:
         self._tries.pop(flight.seq, None)
