@@ -70,7 +70,7 @@ class TaskEnv:
         return TridentOperationContext(self.partition_index, self.num_partitions, self.component, self.conf)
 
 
-def _check_arity(where: str, values: Sequence[Any], fields: Sequence[str]) -> None:
+def check_arity(where: str, values: Sequence[Any], fields: Sequence[str]) -> None:
     if len(values) != len(fields):
         raise ValueError(f"{where} emitted {len(values)} values {list(values)!r} for the fields {list(fields)}")
 
@@ -149,7 +149,7 @@ class _Appending(_Emitting):
 
     def _append(self, values: Sequence[Any]) -> TridentTuple:
         if len(values) != self.width:
-            _check_arity(self.processor.label, values, self.function_fields)
+            check_arity(self.processor.label, values, self.function_fields)
         return self.kind(self.input + tuple(values))
 
 
@@ -209,11 +209,11 @@ class MapEach(Processor):
             self.pass_on(ctx, tup)
         elif self.kind == "map":
             values = _call(self.function, MapFunction, "execute", tup)
-            _check_arity(self.label, values, self.out_fields)
+            check_arity(self.label, values, self.out_fields)
             self.pass_on(ctx, self.make(values))
         else:
             for values in _call(self.function, FlatMapFunction, "execute", tup):
-                _check_arity(self.label, values, self.out_fields)
+                check_arity(self.label, values, self.out_fields)
                 self.pass_on(ctx, self.make(values))
 
 
@@ -246,7 +246,7 @@ class PartitionAggregate(Processor):
         self.group: tuple = ()
 
     def _fresh(self, values: Sequence[Any]) -> TridentTuple:
-        _check_arity(self.label, values, self.fn_fields)
+        check_arity(self.label, values, self.fn_fields)
         return tuple_type(self.out_fields)(self.group + tuple(values))
 
     def prepare(self, env: TaskEnv) -> None:
@@ -311,7 +311,7 @@ class PartitionPersist(Processor):
         self.collector = _Emitting(self, self._fresh)
 
     def _fresh(self, values: Sequence[Any]) -> TridentTuple:
-        _check_arity(self.label, values, self.out_fields)
+        check_arity(self.label, values, self.out_fields)
         return tuple_type(self.out_fields)(values)
 
     def prepare(self, env: TaskEnv) -> None:
@@ -410,7 +410,7 @@ class _Counting(TridentCollector):
 
     def emit(self, values: Sequence[Any]) -> None:
         if len(values) != self.width:
-            _check_arity(self.label, values, self.fn_fields)
+            check_arity(self.label, values, self.fn_fields)
         key = values[self.one] if self.one is not None else tuple(values[i] for i in self.key_at)
         counts = self.counts
         counts[key] = counts.get(key, 0) + (1 if self.value_at is None else values[self.value_at])
@@ -466,7 +466,7 @@ class MultiReduce(Processor):
         self.collector = _Emitting(self, self._fresh)
 
     def _fresh(self, values: Sequence[Any]) -> TridentTuple:
-        _check_arity(self.label, values, self.out_fields)
+        check_arity(self.label, values, self.out_fields)
         return tuple_type(self.out_fields)(values)
 
     def prepare(self, env: TaskEnv) -> None:

@@ -44,6 +44,15 @@ from squall.trident.state import (
     StateFactory,
     StateUpdater,
 )
+from squall.trident.windowing import (
+    Projection,
+    SlidingCountWindow,
+    SlidingDurationWindow,
+    TumblingCountWindow,
+    TumblingDurationWindow,
+    WindowConfig,
+    WindowProcessor,
+)
 
 FieldsLike = Fields | Sequence[str] | str
 
@@ -303,6 +312,39 @@ class Stream:
 
     def max(self, key: Any) -> Stream:
         return self._extreme(key, False, "max")
+
+    # -- windows ------------------------------------------------------------------------------------
+    def window(
+        self, config: WindowConfig, store_factory: Any, input_fields: FieldsLike, aggregator: Any, fields: FieldsLike
+    ) -> Stream:
+        """``aggregator`` over each window of each partition's tuples (``TumblingCountWindow.of(n)``,
+        ``SlidingCountWindow.of(n, slide)``, ``TumblingDurationWindow.of(d)``, ``SlidingDurationWindow.of(d, s)``);
+        the stream carries each window's results, in the batch during which it fired."""
+        wanted, out = as_field_list(input_fields), as_field_list(fields)
+        where = positions("window", self.fields, wanted)
+        agg = as_aggregator(aggregator)
+        return self._op(
+            out,
+            lambda i, label: WindowProcessor(i, label, config, store_factory, agg, Projection(where, wanted), out),
+            committer=True,
+        )
+
+    def tumbling_window(
+        self, size: Any, store_factory: Any, input_fields: FieldsLike, aggregator: Any, fields: FieldsLike
+    ) -> Stream:
+        """Every ``size`` tuples (an int) or every ``size`` of time (a ``Duration``), the window since the last."""
+        config = TumblingCountWindow.of(size) if isinstance(size, int) else TumblingDurationWindow.of(size)
+        return self.window(config, store_factory, input_fields, aggregator, fields)
+
+    def sliding_window(
+        self, size: Any, slide: Any, store_factory: Any, input_fields: FieldsLike, aggregator: Any, fields: FieldsLike
+    ) -> Stream:
+        """Every ``slide`` tuples (or of time), the last ``size`` tuples (or of time)."""
+        if isinstance(size, int):
+            config = SlidingCountWindow.of(size, slide)
+        else:
+            config = SlidingDurationWindow.of(size, slide)
+        return self.window(config, store_factory, input_fields, aggregator, fields)
 
     def apply_assembly(self, assembly: Any) -> Stream:
         """``assembly.apply(stream)``: a few steps packaged as one (``FirstN``)."""
