@@ -1,6 +1,7 @@
 """Trident's operations through the real runtime: several topologies on one LocalCluster, each batch's results
 recorded once per txid in SQLite, and compared with what Storm's semantics give."""
 
+import itertools
 import json
 import os
 import sqlite3
@@ -181,3 +182,16 @@ def test_a_failed_batch_is_replayed_and_counts_once_from_a_transactional_partiti
         assert run.stats.failed_waves > 0
     expected = Counter(w for (s,) in lines for w in s.split())
     assert SqliteMapState.read(path) == {(w,): n for w, n in expected.items()}
+
+
+def test_batches_begin_no_more_often_than_the_emit_interval(tmp_path):
+    topology = TridentTopology()
+    spout = FixedBatchSpout(["sentence"], 1, *SENTENCES)
+    record(topology.new_stream("paced", spout).each(["sentence"], Split(), ["word"]), tmp_path / "words.sqlite")
+    conf = {"topology.trident.batch.emit.interval.millis": 300, "topology.max.spout.pending": 5}
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("paced", conf, topology.build())
+        settle(cluster, run)
+        began = [began for _, _, _, began in sorted(run.recent_commits(), key=lambda c: c[0].txid)]
+    assert len(began) >= len(SENTENCES) + 1  # a batch a sentence, then an empty one
+    assert min(b - a for a, b in itertools.pairwise(began)) >= 0.3 - 0.002

@@ -59,7 +59,7 @@ DRPC_SERVERS = "drpc.servers"
 DRPC_PORT = "drpc.port"
 DRPC_REQUEST_TIMEOUT_SECS = "drpc.request.timeout.secs"  # a request unanswered this long fails
 SQUALL_DRPC_TOKEN = "squall.drpc.token"  # the DRPC servers' token (None: the token file this machine's server wrote)
-# Storm's: a Trident topology begins a batch at most this often (LocalCluster uses 50 unless told)
+# Storm's: a batch begins at most this often (None: as soon as one may; a Trident topology's default is 50 ms)
 TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS = "topology.trident.batch.emit.interval.millis"
 # Connection URLs that connectors use when they are not given one
 SQUALL_REDIS_URL = "squall.redis.url"  # redis://127.0.0.1:6379/0
@@ -121,6 +121,7 @@ DEFAULTS: dict[str, Any] = {
     DRPC_PORT: 3772,
     DRPC_REQUEST_TIMEOUT_SECS: 600,
     SQUALL_DRPC_TOKEN: None,
+    TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS: None,
     SQUALL_REDIS_URL: None,
     SQUALL_AMQP_URL: None,
     SQUALL_POSTGRESQL_URL: None,
@@ -274,6 +275,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     DRPC_PORT: _port,
     DRPC_REQUEST_TIMEOUT_SECS: _positive_number,
     SQUALL_DRPC_TOKEN: _optional(_non_empty_str),
+    TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS: _optional(_int_at_least(0)),
     SQUALL_REDIS_URL: _optional(_url("redis", "rediss", "unix")),
     SQUALL_AMQP_URL: _optional(_url("amqp", "amqps")),
     SQUALL_POSTGRESQL_URL: _optional(_url("postgresql", "postgres")),

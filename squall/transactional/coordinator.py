@@ -73,15 +73,18 @@ class TransactionCoordinator:
         return active if active is not None and active.attempt == attempt else None
 
     # -- instructions ----------------------------------------------------------
-    def poll(self, ready: bool = True) -> list[Emit | Commit]:
-        """What to do now: emits (replays first, then new txids while under max pending), then a commit."""
+    def poll(self, ready: bool = True, most: int | None = None) -> list[Emit | Commit]:
+        """What to do now: emits (replays first, then new txids while under max pending, at most ``most`` of
+        them), then a commit."""
         out: list[Emit | Commit] = []
+        started = 0
         for txid in sorted(self.active):
             tx = self.active[txid]
             if not tx.emitted:
                 tx.emitted = True
                 out.append(Emit(tx.attempt))
-        while ready and len(self.active) < self.max_pending:
+        while ready and len(self.active) < self.max_pending and (most is None or started < most):
+            started += 1
             txid = self.next_txid
             self.next_txid += 1
             self.store.put("next_txid", self.next_txid)

@@ -174,7 +174,10 @@ class TransactionalRun:
         self._quiet = 0.0  # after an empty batch: seconds until a new one begins
         self._quiet_until = 0.0  # time.monotonic()
         self.started_at = clock.now()
-        self._recent: deque[tuple[TransactionAttempt, int, float]] = deque(maxlen=RECENT_COMMITS)
+        self._recent: deque[tuple[TransactionAttempt, int, float, float]] = deque(maxlen=RECENT_COMMITS)
+        interval = self.conf.get(cfg.TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS)
+        self._emit_interval = (interval or 0) / 1000  # seconds between two batches' beginnings, at least
+        self._last_begin = 0.0
         self._decided: dict[int, list[Any]] = {}  # txid -> what the spout's driver side decided it emits
         self._remote = None  # the DRPC servers' requests, for the groups given no source
         if any(g.source is None for g in ttopo.requests):
@@ -199,7 +202,8 @@ class TransactionalRun:
             raise self.failure
         moved, self._moved = self._moved, 0
         if self.scheduler.ready or not self.scheduler.hosts:
-            instructions = self.coordinator.poll(ready=self._may_begin())
+            paced = 1 if self._emit_interval else None  # one new batch per interval, as Storm's throttle
+            instructions = self.coordinator.poll(ready=self._may_begin(), most=paced)
             # the commit first: every later batch waits for it, while a batch begun now has the others ahead of it
             for instruction in sorted(instructions, key=lambda i: not isinstance(i, Commit)):
                 if isinstance(instruction, Commit):
@@ -213,8 +217,10 @@ class TransactionalRun:
         return WaveInfo(0, moved or (1 if self._tries else 0))
 
     def _may_begin(self) -> bool:
-        spout = self.ttopo.spout
-        return spout is not None and spout.is_ready() and time.monotonic() >= self._quiet_until
+        spout, now = self.ttopo.spout, time.monotonic()
+        if spout is None or now < self._quiet_until or now < self._last_begin + self._emit_interval:
+            return False
+        return spout.is_ready()
 
     def wake(self) -> None:
         """A request came (from any thread): a step waiting for the workers returns."""
@@ -238,8 +244,9 @@ class TransactionalRun:
         """The attempts in flight: the phase each is in (emit, process, commit) and since when (epoch seconds)."""
         return {t.attempt: (t.phase, t.began) for t in list(self._tries.values()) if t.request is None}
 
-    def recent_commits(self) -> list[tuple[TransactionAttempt, int, float]]:
-        """The last commits, newest first: the attempt, its tuples and its seconds from emit to commit."""
+    def recent_commits(self) -> list[tuple[TransactionAttempt, int, float, float]]:
+        """The last commits, newest first: the attempt, its tuples, its seconds from emit to commit and when it
+        began (epoch seconds)."""
         return list(reversed(self._recent))
 
     # -- a try's life ----------------------------------------------------------
@@ -271,6 +278,7 @@ class TransactionalRun:
         return dict(by_task), n
 
     def _begin(self, attempt: TransactionAttempt) -> None:
+        self._last_begin = time.monotonic()
         self._seq += 1
         seq, scheduler = self._seq, self.scheduler
         plans, partitions = self._plan(attempt)
@@ -429,7 +437,7 @@ class TransactionalRun:
         self._failures.progressed()
         seconds = time.time() - flight.began
         captured = dict(flight.captured)
-        self._recent.append((attempt, flight.tuples, seconds))
+        self._recent.append((attempt, flight.tuples, seconds, flight.began))
         self.commits.append((attempt, flight.tuples, captured))
         self.stats.waves += 1
         if flight.tuples:

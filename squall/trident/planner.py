@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from squall.model.config import TOPOLOGY_MAX_TASK_PARALLELISM
+from squall.model.config import TOPOLOGY_MAX_TASK_PARALLELISM, TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS
 from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields
 from squall.transactional.builder import TransactionalTopology, TransactionalTopologyBuilder
@@ -29,6 +29,7 @@ from squall.trident.processors import Bridge, EachFunction, FusedCount, Partitio
 from squall.trident.spouts import BatchSpout, BatchSpoutEmitter, spout_fields
 
 SPOUT_STREAM = "default"
+EMIT_INTERVAL_MILLIS = 50  # a batch begins at most this often unless the config says otherwise (Storm's LocalCluster's)
 
 
 @dataclass(eq=False)
@@ -226,7 +227,7 @@ def plan(nodes: list[Node], conf: Mapping[str, Any] | None = None) -> Transactio
         declarer = (builder.set_committer_bolt if committer else builder.set_bolt)(g.id, bolt, g.parallelism)
         for source, stream, grouping in g.inputs:
             _subscribe(declarer, source, stream, grouping)
-    return builder.build(dict(conf or {}))
+    return builder.build({TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS: EMIT_INTERVAL_MILLIS, **(conf or {})})
 
 
 def _batch_groups(nodes: list[Node], spouts: list[Node]) -> dict[Node, Node]:

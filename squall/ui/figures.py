@@ -171,7 +171,13 @@ def transactional_figures(run: Run) -> dict[str, Any]:
             for a, (phase, since) in sorted(run.attempt_phases().items(), key=lambda item: item[0].txid)
         ],
         "recentCommits": [
-            {"txid": a.txid, "attemptId": a.attempt_id, "tuples": tuples, "seconds": round(seconds, 3)}
-            for a, tuples, seconds in run.recent_commits()
+            {
+                "txid": a.txid,
+                "attemptId": a.attempt_id,
+                "tuples": tuples,
+                "seconds": round(seconds, 3),
+                "began": round(began, 3),
+            }
+            for a, tuples, seconds, began in run.recent_commits()
         ],
     }
