@@ -19,6 +19,7 @@ cache of the keys this task owns.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -463,6 +464,117 @@ class ReducerAggStateUpdater(StateUpdater):
 
     def update_state(self, state: Snapshottable, tuples: list[TridentTuple], collector: TridentCollector) -> None:
         collector.emit([state.update(ReducerValueUpdater(self.agg, tuples))])
+
+
+# -- stored map states -----------------------------------------------------------------------------------------
+MAP_KINDS = ("opaque", "transactional", "non_transactional")
+
+
+def encode_stored(kind: str, value: Any) -> str:
+    """A map state's stored value as JSON text: ``{"v": current, "t": txid, "p": previous}`` as the kind keeps."""
+    if kind == "opaque":
+        return json.dumps({"v": value.curr, "t": value.curr_txid, "p": value.prev})
+    if kind == "transactional":
+        return json.dumps({"v": value.val, "t": value.txid})
+    return json.dumps({"v": value})
+
+
+def decode_stored(kind: str, text: str | bytes) -> Any:
+    data = json.loads(text)
+    if kind == "opaque":
+        return OpaqueValue(data["t"], data["v"], data["p"])
+    if kind == "transactional":
+        return TransactionalValue(data["t"], data["v"])
+    return data["v"]
+
+
+def current_of(text: str | bytes) -> Any:
+    """The current value in a stored value's JSON text, whatever its kind."""
+    return json.loads(text)["v"]
+
+
+def encode_key(key: Sequence[Any]) -> str:
+    return json.dumps(list(key), separators=(",", ":"))
+
+
+class StoredBackingMap(BackingMap):
+    """A backing map whose values are stored as JSON text (``encode_stored``): a store implements ``read`` (the
+    texts of some encoded keys), ``write`` (texts by encoded key, in one transaction) and ``scan`` (every key and
+    text)."""
+
+    kind: str = "opaque"
+
+    def read(self, keys: list[str]) -> dict[str, str | bytes]:
+        raise NotImplementedError
+
+    def write(self, rows: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def scan(self) -> Iterator[tuple[str | bytes, str | bytes]]:
+        raise NotImplementedError
+
+    def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
+        encoded = [encode_key(k) for k in keys]
+        found = self.read(encoded)
+        return [decode_stored(self.kind, found[k]) if k in found else None for k in encoded]
+
+    def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
+        self.write({encode_key(k): encode_stored(self.kind, v) for k, v in zip(keys, vals, strict=True)})
+
+    def items(self) -> Iterator[tuple[list[Any], Any]]:
+        for key, text in self.scan():
+            yield json.loads(key), decode_stored(self.kind, text)
+
+    def close(self) -> None:
+        pass
+
+
+class StoredMapState(MapState, Snapshottable, TupleCollection):
+    """A map state of one of the three kinds over a ``StoredBackingMap``, with an LRU cache of ``cache_size`` keys
+    in front (0: none), a single value for an ungrouped ``persistent_aggregate`` (``get``/``set``/``update``) and
+    ``get_tuples``."""
+
+    GLOBAL_KEY = ["$MAP-STATE-GLOBAL$"]
+
+    def __init__(self, backing: StoredBackingMap, cache_size: int = 1000) -> None:
+        self.backing = backing
+        cached = CachedMap(backing, cache_size) if cache_size else backing
+        kind = {"opaque": OpaqueMap, "transactional": TransactionalMap, "non_transactional": NonTransactionalMap}
+        self.delegate = SnapshottableMap(kind[backing.kind].build(cached), self.GLOBAL_KEY)
+
+    def begin_commit(self, txid: int | None) -> None:
+        self.delegate.begin_commit(txid)
+
+    def commit(self, txid: int | None) -> None:
+        self.delegate.commit(txid)
+
+    def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
+        return self.delegate.multi_get(keys)
+
+    def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
+        self.delegate.multi_put(keys, vals)
+
+    def multi_update(self, keys: list[Sequence[Any]], updaters: list[ValueUpdater]) -> list[Any]:
+        return self.delegate.multi_update(keys, updaters)
+
+    def get(self) -> Any:
+        return self.delegate.get()
+
+    def set(self, value: Any) -> None:
+        self.delegate.set(value)
+
+    def update(self, updater: ValueUpdater) -> Any:
+        return self.delegate.update(updater)
+
+    def get_tuples(self) -> Iterator[list[Any]]:
+        kind = self.backing.kind
+        for key, value in self.backing.items():
+            if key != self.GLOBAL_KEY:
+                current = value.curr if kind == "opaque" else value.val if kind == "transactional" else value
+                yield [*key, current]
+
+    def close(self) -> None:
+        self.backing.close()
 
 
 # -- in memory --------------------------------------------------------------------------------------------------
