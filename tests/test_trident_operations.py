@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from squall import LocalCluster
+from squall.connectors import QueueSpout, ReliableQueue
 from squall.transactional import MemoryTransactionalSpout
 from squall.trident import BaseFunction, BaseStateUpdater, State, StateFactory, TridentTopology
 from squall.trident.builtin import Count, Sum
@@ -195,3 +196,27 @@ def test_batches_begin_no_more_often_than_the_emit_interval(tmp_path):
         began = [began for _, _, _, began in sorted(run.recent_commits(), key=lambda c: c[0].txid)]
     assert len(began) >= len(SENTENCES) + 1  # a batch a sentence, then an empty one
     assert min(b - a for a, b in itertools.pairwise(began)) >= 0.3 - 0.002
+
+
+def test_a_plain_spout_feeds_a_trident_stream_at_least_once_and_its_tuples_are_acked(tmp_path):
+    queue_path = str(tmp_path / "queue.sqlite")
+    queue = ReliableQueue(queue_path, "sentences")
+    lines = SENTENCES * 4
+    queue.put_many([[s] for s in lines])
+    marks = tmp_path / "marks"
+    os.makedirs(marks)
+    path = str(tmp_path / "counts.sqlite")
+    topology = TridentTopology()
+    (
+        topology.new_stream("queued", QueueSpout(queue_path, "sentences", ["sentence"]))
+        .each(["sentence"], FailsOncePerTxid(marks), ["word"])
+        .group_by(["word"])
+        .persistent_aggregate(SqliteMapState.opaque(path), Count(), ["count"])
+    )
+    conf = {"topology.spout.max.batch.size": 7}
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("trident-queue", conf, topology.build())
+        settle(cluster, run)
+        assert run.stats.failed_waves > 0
+    assert queue.counts() == {"ready": 0, "pending": 0, "dead": 0}  # every sentence acked, once committed
+    assert SqliteMapState.read(path) == {(w,): n for w, n in Counter(w for s in lines for w in s.split()).items()}

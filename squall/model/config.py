@@ -18,6 +18,7 @@ TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
 TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
 TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
 TOPOLOGY_MAX_TASK_PARALLELISM = "topology.max.task.parallelism"  # a component caps its own parallelism
+TOPOLOGY_SPOUT_MAX_BATCH_SIZE = "topology.spout.max.batch.size"  # a plain spout's next_tuple calls a Trident batch
 TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
 TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 TOPOLOGY_DEBUG = "topology.debug"

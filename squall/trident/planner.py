@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from squall.model.components import Spout
 from squall.model.config import TOPOLOGY_MAX_TASK_PARALLELISM, TOPOLOGY_TRIDENT_BATCH_EMIT_INTERVAL_MILLIS
 from squall.model.errors import InvalidTopologyError
 from squall.model.fields import Fields
@@ -26,7 +27,7 @@ from squall.trident.builtin import Count, Sum
 from squall.trident.graph import OPERATION, PARTITION, SPOUT, Node
 from squall.trident.impl import CombinerPartial
 from squall.trident.processors import Bridge, EachFunction, FusedCount, PartitionAggregate, Results
-from squall.trident.spouts import BatchSpout, BatchSpoutEmitter, spout_fields
+from squall.trident.spouts import BatchSpout, BatchSpoutEmitter, RichSpoutEmitter, spout_fields
 
 SPOUT_STREAM = "default"
 EMIT_INTERVAL_MILLIS = 50  # a batch begins at most this often unless the config says otherwise (Storm's LocalCluster's)
@@ -296,7 +297,11 @@ def _max_parallelism(spout: Any) -> int | None:
 
 
 def _emitter(spout: Any, tasks: int) -> Any:
-    return BatchSpoutEmitter(spout, tasks) if isinstance(spout, BatchSpout) else spout
+    if isinstance(spout, BatchSpout):
+        return BatchSpoutEmitter(spout, tasks)
+    if isinstance(spout, Spout):
+        return RichSpoutEmitter(spout, tasks)
+    return spout
 
 
 def _subscribe(declarer: Any, source: str, stream: str, grouping: tuple) -> None:

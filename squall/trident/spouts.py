@@ -4,15 +4,18 @@
 
 * a ``BatchSpout`` (Storm's ``IBatchSpout``): each emitter task emits whole batches, by txid, and replays a txid
   itself (``FixedBatchSpout`` keeps each txid's batch until it is acked);
-* squall's transactional and opaque partitioned spouts (memory, Redis log, Kafka), with their guarantees.
+* squall's transactional and opaque partitioned spouts (memory, Redis log, Kafka), with their guarantees;
+* a plain ``Spout``, at least once (``RichSpoutEmitter``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from squall.model.components import Spout
+from squall.model.config import TOPOLOGY_SPOUT_MAX_BATCH_SIZE
 from squall.model.fields import Fields, as_fields
-from squall.transactional.spouts import PartitionedTransactionalSpout
+from squall.transactional.spouts import OpaquePartitionedTransactionalSpout, PartitionedTransactionalSpout
 
 
 class BatchSpout:
@@ -82,6 +85,83 @@ class BatchSpoutEmitter(PartitionedTransactionalSpout):
 def spout_fields(spout: Any) -> tuple[Fields, int]:
     """The fields a spout's Trident stream has, and how many leading values of its rows to drop (a transactional
     spout's ``tx``)."""
-    if isinstance(spout, BatchSpout):
+    if isinstance(spout, (BatchSpout, Spout)):
         return as_fields(spout.outputs), 0
     return Fields(*list(spout.fields)[1:]), 1
+
+
+MAX_BATCH_SIZE = 1000  # Storm's topology.spout.max.batch.size: next_tuple calls a batch, at most
+
+
+class _BatchCollector:
+    """A plain spout's collector inside a Trident batch: emits go to the batch, and their msg ids are kept for the
+    batch's txid."""
+
+    may_wait = False
+
+    def __init__(self) -> None:
+        self.target: Any = None
+        self.ids: list[Any] = []
+        self.emit_budget = MAX_BATCH_SIZE
+
+    def emit(self, values: Any, msg_id: Any = None, stream: str = "default") -> list[int]:
+        if msg_id is not None:
+            self.ids.append(msg_id)
+        return self.target.emit(list(values))
+
+    def emit_many(self, rows: Any, msg_ids: Any = None, stream: str = "default") -> None:
+        for i, values in enumerate(rows):
+            self.emit(values, None if msg_ids is None else msg_ids[i], stream)
+
+    def emit_direct(self, task: int, values: Any, msg_id: Any = None, stream: str = "default") -> None:
+        raise ValueError("a spout in a Trident stream emits to the stream, not to a task")
+
+    def report_error(self, error: BaseException) -> None:
+        self.target.report_error(error)
+
+    def report_malformed(self, what: str) -> None:
+        self.target.report_malformed(what)
+
+
+class RichSpoutEmitter(OpaquePartitionedTransactionalSpout):
+    """A plain ``Spout`` in a Trident stream (Storm's ``RichSpoutBatchExecutor``): each batch is up to
+    ``topology.spout.max.batch.size`` calls of ``next_tuple`` on each emitter task. The msg ids of a batch are
+    acked once it commits; when its txid is emitted again (it failed), they are failed first, so the spout sends
+    them again. At least once: a tuple may be counted again if it was re-sent after its batch partly committed to
+    a state that is not opaque."""
+
+    def __init__(self, spout: Any, tasks: int) -> None:
+        self.spout, self.tasks = spout, tasks
+        self.fields = as_fields(spout.outputs)
+
+    def num_partitions(self) -> int:
+        return self.tasks
+
+    def open(self, conf: dict[str, Any], context: Any) -> None:
+        self.collector = _BatchCollector()
+        self.collector.emit_budget = self.most = int(conf.get(TOPOLOGY_SPOUT_MAX_BATCH_SIZE) or MAX_BATCH_SIZE)
+        self.pending: dict[int, list[Any]] = {}  # txid -> the msg ids its batch emitted
+        self.spout.open(conf, context, self.collector)
+        activate = getattr(self.spout, "activate", None)
+        if activate is not None:
+            activate()
+
+    def emit_partition_batch(self, tx: Any, collector: Any, partition: int, last_meta: Any) -> dict:
+        for msg_id in self.pending.pop(tx.txid, ()):  # this txid failed: what it emitted goes back to the spout
+            self.spout.fail(msg_id)
+        batch = self.collector
+        batch.target, batch.ids = collector, []
+        for _ in range(self.most):
+            before = len(batch.ids)
+            self.spout.next_tuple()
+            if len(batch.ids) == before or len(batch.ids) >= self.most:
+                break
+        self.pending[tx.txid] = batch.ids
+        return {"emitted": len(batch.ids)}
+
+    def success(self, txid: int) -> None:
+        for msg_id in self.pending.pop(txid, ()):
+            self.spout.ack(msg_id)
+
+    def close(self) -> None:
+        self.spout.close()

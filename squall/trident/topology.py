@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from squall.model.components import Spout
 from squall.model.fields import Fields
 from squall.transactional.builder import TransactionalTopology
 from squall.transactional.requests import REQUEST_FIELDS
@@ -47,10 +48,10 @@ class TridentTopology:
         names where the stream's progress is kept: a topology submitted again under it goes on from there."""
         if not isinstance(txid, str) or not txid:
             raise ValueError(f"new_stream: txid must be a non-empty string, got {txid!r}")
-        if not (isinstance(spout, BatchSpout) or is_transactional_spout(spout)):
+        if not (isinstance(spout, (BatchSpout, Spout)) or is_transactional_spout(spout)):
             raise TypeError(
-                f"new_stream({txid!r}): {type(spout).__name__} is not a BatchSpout, a PartitionedTransactionalSpout "
-                "or an OpaquePartitionedTransactionalSpout"
+                f"new_stream({txid!r}): {type(spout).__name__} is not a BatchSpout, a Spout, a "
+                "PartitionedTransactionalSpout or an OpaquePartitionedTransactionalSpout"
             )
         if any(n.kind == SPOUT and n.function is None for n in self._nodes):
             raise ValueError(
