@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +28,16 @@ class SqliteBackingMap(StoredBackingMap):
     def __init__(self, path: str, table: str, kind: str) -> None:
         self.path, self.table, self.kind = path, _table(table), kind
         self.db = sqlite3.connect(path, timeout=LOCK_TIMEOUT_SECS, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECS
+        while True:  # the partitions open the file at once: turning WAL on may find it locked, without waiting
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute(f"CREATE TABLE IF NOT EXISTS {self.table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def read(self, keys: list[str]) -> dict[str, str]:
         found: dict[str, str] = {}
