@@ -72,15 +72,23 @@ class TaskPlan:
         return ctx
 
     def execute_rows(self, ctx: BatchContext, component: str, streams: Sequence[str], rows: Sequence[tuple]) -> None:
-        roots, last, kind, skip, receivers = self.roots, None, None, 0, ()
+        roots, start, n = self.roots, 0, len(rows)
         with self.lock:
-            for stream, row in zip(streams, rows, strict=True):
-                if stream is not last:
-                    last = stream
-                    kind, skip, receivers = roots[(component, stream)]
-                tup = kind(row[skip:] if skip else row)
-                for receiver, index in receivers:
-                    receiver.receive(ctx, index, tup)
+            while start < n:  # each run of rows of one stream
+                stream, end = streams[start], start + 1
+                while end < n and streams[end] == stream:
+                    end += 1
+                kind, skip, receivers = roots[(component, stream)]
+                part = rows[start:end] if start or end < n else rows
+                if len(receivers) == 1:
+                    receiver, index = receivers[0]
+                    receiver.receive_rows(ctx, index, kind, skip, part)
+                else:
+                    for row in part:
+                        tup = kind(row[skip:] if skip else row)
+                        for receiver, index in receivers:
+                            receiver.receive(ctx, index, tup)
+                start = end
 
     def finish(self, ctx: BatchContext) -> None:
         with self.lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,11 @@ class Processor:
 
     def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
         raise NotImplementedError
+
+    def receive_rows(self, ctx: BatchContext, index: int, kind: type, skip: int, rows: Sequence[tuple]) -> None:
+        """Several rows of one input stream, as tuples of type ``kind`` past their first ``skip`` values."""
+        for row in rows:
+            self.receive(ctx, index, kind(row[skip:] if skip else row))
 
     def finish_batch(self, ctx: BatchContext) -> None:
         pass
@@ -404,19 +410,33 @@ class _Counting(TridentCollector):
 
     def __init__(self, label: str, fn_fields: Sequence[str], key_at: list[int], value_at: int | None) -> None:
         self.label, self.fn_fields, self.width = label, list(fn_fields), len(fn_fields)
-        self.key_at, self.value_at = key_at, value_at
-        self.one = key_at[0] if len(key_at) == 1 else None
-        self.counts: dict[Any, Any] = {}
+        self.key_at, self.value_at, self.at = key_at, value_at, key_at[0]
+        self.counts: defaultdict[Any, Any] = defaultdict(int)
 
     def emit(self, values: Sequence[Any]) -> None:
         if len(values) != self.width:
             check_arity(self.label, values, self.fn_fields)
-        key = values[self.one] if self.one is not None else tuple(values[i] for i in self.key_at)
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + (1 if self.value_at is None else values[self.value_at])
+        key = tuple(values[i] for i in self.key_at)
+        self.counts[key] += 1 if self.value_at is None else values[self.value_at]
 
     def report_error(self, error: BaseException) -> None:
         log.error("%s: %s", self.label, error, exc_info=error)
+
+
+class _CountingOne(_Counting):
+    """One key field, counted: a dict add per emit."""
+
+    def emit(self, values: Sequence[Any]) -> None:
+        if len(values) != self.width:
+            check_arity(self.label, values, self.fn_fields)
+        self.counts[values[self.at]] += 1
+
+
+class _SummingOne(_Counting):
+    def emit(self, values: Sequence[Any]) -> None:
+        if len(values) != self.width:
+            check_arity(self.label, values, self.fn_fields)
+        self.counts[values[self.at]] += values[self.value_at]
 
 
 class FusedCount(Processor):
@@ -428,7 +448,8 @@ class FusedCount(Processor):
         super().__init__(agg.node_id, f"{each.label} and {agg.label}")
         self.each, self.agg = each, agg
         self.function, self.project = each.function, each.project
-        self.collector = _Counting(each.label, each.collector.function_fields, key_at, value_at)
+        kind = _Counting if len(key_at) > 1 else _CountingOne if value_at is None else _SummingOne
+        self.collector = kind(each.label, each.collector.function_fields, key_at, value_at)
         self.make = tuple_type(agg.out_fields)
         self.single = len(key_at) == 1
 
@@ -437,11 +458,25 @@ class FusedCount(Processor):
         self.agg.prepare(env)
 
     def start_batch(self, ctx: BatchContext) -> None:
-        ctx.slots[self.node_id] = {}
+        ctx.slots[self.node_id] = defaultdict(int)
 
     def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
         self.collector.counts = ctx.slots[self.node_id]
         self.function.execute(self.project(tup), self.collector)
+
+    def receive_rows(self, ctx: BatchContext, index: int, kind: type, skip: int, rows: Sequence[tuple]) -> None:
+        collector, execute, project = self.collector, self.function.execute, self.project
+        collector.counts = ctx.slots[self.node_id]
+        if project is _same:
+            if skip:
+                for row in rows:
+                    execute(kind(row[skip:]), collector)
+            else:
+                for row in rows:
+                    execute(kind(row), collector)
+        else:
+            for row in rows:
+                execute(project(kind(row[skip:] if skip else row)), collector)
 
     def finish_batch(self, ctx: BatchContext) -> None:
         make, children = self.make, self.children
