@@ -21,16 +21,49 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
-from word_count import WORDS_PER_SENTENCE, make_sentences, squall_throughput
+from word_count import SOURCES, WORDS_PER_SENTENCE, make_sentences, squall_throughput
 
 from squall import LocalCluster
 from squall.drpc import LocalDRPC
+from squall.model.fields import Fields
 from squall.spark.context import spark_context
-from squall.transactional import MemoryTransactionalSpout
+from squall.transactional import PartitionedTransactionalSpout
+from squall.transactional.spouts import DEFAULT_TAKE_PER_BATCH
 from squall.trident import BaseFunction, TridentTopology
 from squall.trident.builtin import Count, TupleCollectionGet
 from squall.trident.testing import MemoryMapState
+
+
+class FileSentences(PartitionedTransactionalSpout):
+    """The sentences from a file, read where each emitter task runs (``open``), as the core benchmark's spout reads
+    them: partition ``p`` of ``partitions`` holds every ``partitions``-th sentence from the ``p``-th, and a batch
+    takes up to ``take`` of each."""
+
+    def __init__(self, sentences: list[str], partitions: int = 2, take: int = DEFAULT_TAKE_PER_BATCH) -> None:
+        self.path, self.partitions, self.take = SOURCES.write(sentences), partitions, take
+        self.fields = Fields("tx", "sentence")
+
+    def num_partitions(self) -> int:
+        return self.partitions
+
+    def open(self, conf, context) -> None:
+        lines = Path(self.path).read_text().split("\n")
+        self.data = [lines[p :: self.partitions] for p in range(self.partitions)]
+
+    def _emit(self, tx, collector, partition: int, start: int, amount: int) -> None:
+        for sentence in self.data[partition][start : start + amount]:
+            collector.emit([tx, sentence])
+
+    def emit_partition_batch_new(self, tx, collector, partition: int, last_meta) -> dict:
+        start = last_meta["index"] + last_meta["amount"] if last_meta else 0
+        amount = max(0, min(self.take, len(self.data[partition]) - start))
+        self._emit(tx, collector, partition, start, amount)
+        return {"index": start, "amount": amount}
+
+    def emit_partition_batch(self, tx, collector, partition: int, meta) -> None:
+        self._emit(tx, collector, partition, meta["index"], meta["amount"])
 
 
 class Split(BaseFunction):
@@ -41,10 +74,7 @@ class Split(BaseFunction):
 
 def trident_word_count(sentences: list[str], conf: dict | None = None) -> float:
     """Seconds from submitting to every sentence committed; the counts are checked."""
-    half = len(sentences) // 2
-    spout = MemoryTransactionalSpout(
-        {0: [[s] for s in sentences[:half]], 1: [[s] for s in sentences[half:]]}, ["sentence"]
-    )
+    spout = FileSentences(sentences)
     with LocalDRPC() as drpc, LocalCluster() as cluster:
         topology = TridentTopology()
         counts = (
