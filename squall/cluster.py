@@ -196,7 +196,10 @@ class LocalCluster:
                     return
                 info = None
             if info is None or info.idle:  # as Storm's progressive wait strategy: longer pauses while nothing moves
-                stop.wait(pause)
+                if run.woken.wait(pause):  # work came (a DRPC request; a kill): no more pausing
+                    run.woken.clear()
+                    pause = first_pause
+                    continue
                 long_idle = run.idle_for() >= LONG_IDLE_SECS  # nothing pending all along
                 pause = min(max(sleep, long_sleep) if long_idle else sleep, pause * 2)
             else:

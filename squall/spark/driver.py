@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -99,6 +100,7 @@ class TopologyRun:
         self._ticks = self._tick_schedule()
         self._ticks_due: list[TicksDue] = []  # fired, for the next wave
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
+        self.woken = threading.Event()
         self._repeated: str | None = None  # why a task's run of one repeated error stops the topology
         self._errors_seen = 0  # the errors counted as of the last step: a step that adds any is not idle
         self._generation_seen = 0  # the workers' generation as of the last step: a restart is not idle
@@ -423,6 +425,7 @@ class TopologyRun:
     def interrupt(self) -> None:
         """From any thread: a step blocked waiting for workers returns at once, and so will every later one."""
         self.scheduler.interrupt()
+        self.woken.set()
 
     def finish(self, fail_pending: bool) -> None:
         """On the run's own thread, as it stops: whether the spout tasks fail what is still pending back to their

@@ -6,6 +6,7 @@ The runtime's ``TopologyRun`` (at-least-once waves) and the transactional packag
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -52,6 +53,7 @@ class Run(Protocol):
     started_at: float  # the clock's time when it was submitted
     scheduler: WaveScheduler  # its workers: the worker job, the hub and the links
     acker_task_ids: list[int]  # the ``__acker`` tasks on the workers (none for a transactional topology)
+    woken: threading.Event  # set, from any thread, when the run has work: its thread's idle pause ends
 
     @property
     def wanted_active(self) -> bool:

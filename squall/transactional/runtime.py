@@ -22,6 +22,7 @@ worker fails every try in flight; the run goes on under a new generation of work
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections import defaultdict, deque
@@ -122,6 +123,7 @@ class TransactionalRun:
         self.run_id = f"{name}-{uuid.uuid4().hex}"
         self.conf[cfg.TOPOLOGY_NAME], self.conf[cfg.SQUALL_RUN_ID] = name, self.run_id
         self.failure: TopologyFailed | None = None  # set when a failure no retry can fix stopped the topology
+        self.woken = threading.Event()  # a request came: the cluster's idle pause ends
         spout_id = ttopo.spout_id
         spouts = {spout_id: ttopo.spout} if ttopo.spout is not None else {}
         for cid, spout in spouts.items():
@@ -223,13 +225,15 @@ class TransactionalRun:
         return spout.is_ready()
 
     def wake(self) -> None:
-        """A request came (from any thread): a step waiting for the workers returns."""
+        """A request came (from any thread): a step waiting for the workers returns, and so does an idle pause."""
+        self.woken.set()
         hub = self.scheduler.hub
         if hub is not None:
             hub.wake()
 
     def interrupt(self) -> None:
         self.scheduler.interrupt()
+        self.woken.set()
 
     def settled(self, since: int = 0) -> bool:
         """No emitted tuple is waiting to commit, and an empty batch begun after try number ``since`` has
