@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import tempfile
 import time
@@ -26,13 +27,15 @@ from pathlib import Path
 from word_count import SOURCES, WORDS_PER_SENTENCE, make_sentences, squall_throughput
 
 from squall import LocalCluster
-from squall.drpc import LocalDRPC
+from squall.connectors.local_redis import LocalRedisServer
+from squall.connectors.trident_state import RedisMapState
+from squall.drpc import DRPCClient, DRPCServer
 from squall.model.fields import Fields
 from squall.spark.context import spark_context
 from squall.transactional import PartitionedTransactionalSpout
 from squall.transactional.spouts import DEFAULT_TAKE_PER_BATCH
-from squall.trident import BaseFunction, TridentTopology
-from squall.trident.builtin import Count, TupleCollectionGet
+from squall.trident import BaseFunction, StateFactory, TridentTopology
+from squall.trident.builtin import Count, MapGet, TupleCollectionGet
 from squall.trident.testing import MemoryMapState
 
 
@@ -72,33 +75,59 @@ class Split(BaseFunction):
             collector.emit([word])
 
 
-def trident_word_count(sentences: list[str], conf: dict | None = None) -> float:
-    """Seconds from submitting to every sentence committed; the counts are checked."""
+def trident_word_count(
+    sentences: list[str], server: DRPCServer, factory: StateFactory | None = None, requests: int = 0
+) -> tuple[float, list[float]]:
+    """Seconds from submitting to every sentence committed into the state ``factory`` makes (an in-memory map
+    state by default), and, with ``requests``, the milliseconds of as many DRPC round trips of 4 words each,
+    through ``server``, against the idle topology's counts. The counts are checked."""
     spout = FileSentences(sentences)
-    with LocalDRPC() as drpc, LocalCluster() as cluster:
+    exact = Counter(w for s in sentences for w in s.split(" "))
+    conf = {
+        "topology.max.spout.pending": 4,
+        "drpc.servers": [server.host],
+        "drpc.port": server.port,
+        "squall.drpc.token": server.token,
+    }
+    with LocalCluster() as cluster, DRPCClient(server.host, server.port, token=server.token) as client:
         topology = TridentTopology()
         counts = (
             topology.new_stream("trident-words", spout)
             .parallelism_hint(2)
             .each(["sentence"], Split(), ["word"])
             .group_by(["word"])
-            .persistent_aggregate(MemoryMapState.Factory(), Count(), ["count"])
+            .persistent_aggregate(factory or MemoryMapState.Factory(), Count(), ["count"])
             .parallelism_hint(2)
         )
-        topology.new_drpc_stream("all", drpc).broadcast().state_query(
+        topology.new_drpc_stream("all").broadcast().state_query(
             counts, ["args"], TupleCollectionGet(), ["word", "count"]
         ).project(["word", "count"])
+        (
+            topology.new_drpc_stream("words")
+            .each(["args"], Split(), ["word"])
+            .group_by(["word"])
+            .state_query(counts, ["word"], MapGet(), ["count"])
+            .project(["word", "count"])
+        )
         started = time.perf_counter()
-        run = cluster.submit_topology("trident", {"topology.max.spout.pending": 4, **(conf or {})}, topology.build())
+        run = cluster.submit_topology("trident", conf, topology.build())
         while sum(tuples for _, tuples, _ in list(run.commits)) < len(sentences):
             if cluster.failures:
                 raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
             time.sleep(0.005)
         seconds = time.perf_counter() - started
-        counted = dict(json.loads(drpc.execute("all", "")))
-    if counted != Counter(w for s in sentences for w in s.split(" ")):
-        raise RuntimeError("the Trident word count is not exact")
-    return seconds
+        if dict(json.loads(client.execute("all", ""))) != exact:
+            raise RuntimeError("the Trident word count is not exact")
+        latencies, vocabulary = [], sorted(exact)
+        rng = random.Random(7)
+        for _ in range(requests):
+            asked = rng.sample(vocabulary, 4)
+            begun = time.perf_counter()
+            answer = client.execute("words", " ".join(asked))
+            latencies.append((time.perf_counter() - begun) * 1000)
+            if dict(json.loads(answer)) != {w: exact[w] for w in asked}:
+                raise RuntimeError(f"DRPC answered {answer} for {asked}")
+    return seconds, latencies
 
 
 def structured_streaming(sentences: list[str], python_split: bool = True) -> float:
@@ -151,22 +180,51 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--requests", type=int, default=1000, help="DRPC round trips timed, in the first round")
     args = parser.parse_args()
     sentences = make_sentences(args.words)
     words = len(sentences) * WORDS_PER_SENTENCE
-    spark_context(args.master)
-    acked, trident, structured, structured_jvm = [], [], [], []
-    for _ in range(args.rounds):  # interleaved: a slow minute of the host falls on all of them
-        acked.append(squall_throughput(sentences, {}, shuffled_sink=True)[0])
-        trident.append(trident_word_count(sentences))
-        structured.append(structured_streaming(sentences))
-        structured_jvm.append(structured_streaming(sentences, python_split=False))
+    sc, _ = spark_context(args.master)
+    from pyspark.sql import SparkSession
+
+    # Structured Streaming as a Spark user tunes it on this many cores: a shuffle partition per core (Spark's
+    # default of 200 made the same query 7 to 13 times slower here)
+    SparkSession.builder.getOrCreate().conf.set("spark.sql.shuffle.partitions", sc.defaultParallelism)
+    redis_dir = tempfile.mkdtemp(prefix="squall-trident-redis-")
+    redis_server = LocalRedisServer(Path(redis_dir))
+    acked, memory, opaque_redis, structured, structured_jvm = [], [], [], [], []
+    latencies: list[float] = []
+    try:
+        with DRPCServer(port=0) as server:
+            for round_ in range(args.rounds):  # interleaved: a slow minute of the host falls on all of them
+                acked.append(squall_throughput(sentences, {}, shuffled_sink=True)[0])
+                seconds, asked = trident_word_count(sentences, server, requests=args.requests if round_ == 0 else 0)
+                memory.append(seconds)
+                latencies += asked
+                factory = RedisMapState.opaque(redis_server.url, f"counts-{round_}")
+                opaque_redis.append(trident_word_count(sentences, server, factory)[0])
+                if RedisMapState.read(redis_server.url, f"counts-{round_}") != {
+                    (w,): n for w, n in Counter(w for s in sentences for w in s.split(" ")).items()
+                }:
+                    raise RuntimeError("the opaque Redis word count is not exact")
+                structured.append(structured_streaming(sentences))
+                structured_jvm.append(structured_streaming(sentences, python_split=False))
+    finally:
+        redis_server.stop()
+        shutil.rmtree(redis_dir, ignore_errors=True)
     print(f"core_acked_words_per_second={words / min(acked):.0f}")
-    print(f"trident_memory_map_words_per_second={words / min(trident):.0f}")
+    print(f"trident_memory_map_words_per_second={words / min(memory):.0f}")
+    print(f"trident_opaque_redis_words_per_second={words / min(opaque_redis):.0f}")
     print(f"structured_streaming_python_split_words_per_second={words / min(structured):.0f}")
     print(f"structured_streaming_jvm_split_words_per_second={words / min(structured_jvm):.0f}")
-    print(f"trident_memory_map_vs_core_acked_throughput={min(acked) / min(trident):.2f}")
-    print(f"trident_memory_map_vs_structured_streaming_throughput={min(structured) / min(trident):.2f}")
+    print(f"trident_memory_map_vs_core_acked_throughput={min(acked) / min(memory):.2f}")
+    print(f"trident_opaque_redis_vs_core_acked_throughput={min(acked) / min(opaque_redis):.2f}")
+    print(f"trident_memory_map_vs_structured_streaming_throughput={min(structured) / min(memory):.2f}")
+    if latencies:
+        ordered = sorted(latencies)
+        print(f"drpc_requests={len(ordered)}")
+        print(f"drpc_round_trip_p50_ms={ordered[len(ordered) // 2]:.2f}")
+        print(f"drpc_round_trip_p99_ms={ordered[int(len(ordered) * 0.99) - 1]:.2f}")
 
 
 if __name__ == "__main__":
