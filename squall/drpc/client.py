@@ -12,6 +12,7 @@ import http.client
 import json
 import logging
 import os
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -55,10 +56,14 @@ class _Connection:
     def request(
         self, method: str, path: str, body: str | bytes = b"", timeout: float | None = None
     ) -> tuple[int, bytes]:
+        if isinstance(body, str):
+            body = body.encode()  # headers and body in one send: no wait on Nagle and delayed acks
         for again in (False, True):
-            if self._http is None:
-                self._http = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
             try:
+                if self._http is None:
+                    self._http = http.client.HTTPConnection(self.host, self.port, timeout=timeout or self.timeout)
+                    self._http.connect()
+                    self._http.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._http.request(method, path, body=body, headers=self.headers)
                 response = self._http.getresponse()
                 return response.status, response.read()
