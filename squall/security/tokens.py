@@ -89,7 +89,9 @@ def listen(host: str, port: int, what: str, hint: str) -> socket.socket:
     """A listening socket on ``host``:``port``, or ``SquallError`` naming ``what`` and, for a port in use,
     ``hint``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, so that asyncio turns Nagle off on each connection: else every response waits ~40 ms
+    # for the client's delayed ack between its headers and its body
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
