@@ -2,7 +2,10 @@
 and the exact results Storm's tests expect."""
 
 import json
+import threading
+import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -199,4 +202,75 @@ def test_reach_of_a_url_from_two_static_states():
             assert drpc.execute("reach", "foo.com/blog/1") == "[[16]]"
             assert drpc.execute("reach", "engineering.twitter.com/blog/5") == "[[14]]"
             assert drpc.execute("reach", "aaa") == "[[0]]"
+            assert not cluster.failures, cluster.failures
+
+
+class LosesItsFirstCommitOfTxid2(MapState):
+    """Txid 2's first commit raises after its writes landed (its worker lost mid-commit); its second waits, holding
+    the state, until the test creates ``release``."""
+
+    def __init__(self, state, marks):
+        self.state, self.marks = state, Path(marks)
+
+    def begin_commit(self, txid):
+        if txid == 2 and (self.marks / "lost").exists():
+            (self.marks / "holding").touch()
+            deadline = time.monotonic() + 60
+            while not (self.marks / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.state.begin_commit(txid)
+
+    def commit(self, txid):
+        self.state.commit(txid)
+        if txid == 2 and not (self.marks / "lost").exists():
+            (self.marks / "lost").touch()
+            raise RuntimeError("worker lost mid-commit")
+
+    def multi_get(self, keys):
+        return self.state.multi_get(keys)
+
+    def multi_put(self, keys, vals):
+        self.state.multi_put(keys, vals)
+
+    def multi_update(self, keys, updaters):
+        return self.state.multi_update(keys, updaters)
+
+
+class Losing(StateFactory):
+    def __init__(self, marks):
+        self.marks, self.memory = str(marks), MemoryMapState.Factory()
+
+    def make_state(self, conf, metrics, partition_index, num_partitions):
+        return LosesItsFirstCommitOfTxid2(self.memory.make_state(conf, metrics, 0, 1), self.marks)
+
+
+def test_a_query_never_answers_with_a_count_whose_batch_has_not_committed(tmp_path):
+    with LocalDRPC() as drpc:
+        topology = TridentTopology()
+        feeder = FeederBatchSpout(["sentence"])
+        counts = (
+            topology.new_stream("uncommitted", feeder)
+            .each(["sentence"], Split(), ["word"])
+            .group_by(["word"])
+            .persistent_aggregate(Losing(tmp_path), Count(), ["count"])
+        )
+        topology.new_drpc_stream("count", drpc).state_query(counts, ["args"], MapGet(), ["count"]).project(["count"])
+        with run(topology) as cluster:
+            feeder.feed([["a b"]])
+            assert drpc.execute("count", "a") == "[[1]]"
+            second = threading.Thread(target=feeder.feed, args=([["a a"]],))
+            second.start()  # txid 2 writes a = 3, loses its commit, and runs again, held
+            deadline = time.monotonic() + 60
+            while not (tmp_path / "holding").exists():
+                assert time.monotonic() < deadline and not cluster.failures, cluster.failures
+                time.sleep(0.01)
+            answers = []
+            asking = threading.Thread(target=lambda: answers.append(drpc.execute("count", "a")))
+            asking.start()  # begins while txid 1 is the last committed
+            time.sleep(0.5)
+            (tmp_path / "release").touch()
+            asking.join(60)
+            second.join(60)
+            assert answers == ["[[1]]"]  # not txid 2's 3, written but not committed when the query began
+            assert drpc.execute("count", "a") == "[[3]]"
             assert not cluster.failures, cluster.failures

@@ -93,3 +93,27 @@ def test_sqlite_map_state_of_each_kind_keeps_values_across_states_on_one_file(tm
     assert sorted(again.get_tuples(), key=str) == [["a", 6], ["b", 1, 2]]
     assert SqliteMapState.read(str(tmp_path / "s.sqlite")) == {("a",): 6, ("b", 1): 2}
     again.close()
+
+
+def test_a_request_reads_what_committed_txids_left():
+    from squall.trident.state import READ_COMMITTED, UncommittedRead
+
+    opaque = OpaqueMap.build(_memory("read-committed-opaque"))
+    transactional = TransactionalMap.build(_memory("read-committed-transactional"))
+    for state in (opaque, transactional):
+        state.begin_commit(1)
+        _add(state, 5)
+        state.commit(1)
+        state.begin_commit(2)  # txid 2's write lands; its commit does not finish (the worker dies)
+        _add(state, 10)
+    token = READ_COMMITTED.set(1)  # a request that began with txid 1 the last committed
+    try:
+        assert _get(opaque) == 15  # txid 2's own commit reads its own writes
+        opaque.commit(2)
+        transactional.commit(2)
+        assert _get(opaque) == 5  # the value before txid 2, which had not committed
+        with pytest.raises(UncommittedRead, match="txid 2"):
+            _get(transactional)
+    finally:
+        READ_COMMITTED.reset(token)
+    assert (_get(opaque), _get(transactional)) == (15, 15)  # read outside a request: what is there

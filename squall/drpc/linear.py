@@ -117,13 +117,13 @@ class CoordinatedBolt(BatchBolt):
         self._resources = resources
 
     def prepare(self, conf: dict[str, Any], context: Any, collector: Any, batch_id: Any) -> None:
-        self.request_id, self.target, self.received = batch_id, collector, 0
+        self.request_id, self.target, self.received = int(batch_id), collector, 0
         self.results: list[list[Any]] = []
         if isinstance(self.bolt, BatchBolt):  # one instance per request
             self.task = None
             self.collector = _Collector()
             self._point(self.collector)
-            self.bolt.prepare(conf, context, self.collector, batch_id)
+            self.bolt.prepare(conf, context, self.collector, self.request_id)
             return
         key = ("linear-drpc", context.component_id, context.task_id)
         self.task = self._resources.get(key, lambda: _TaskBolt(self.bolt, conf, context))

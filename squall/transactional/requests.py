@@ -40,6 +40,20 @@ class RequestSource(Protocol):
 
 
 @dataclass(frozen=True)
+class RequestAttempt:
+    """A request try's batch id: the request's id, and the last txid committed when it began, so that what it
+    reads of a state is what that txid, or a later committed one, left (``int()`` gives the id)."""
+
+    request_id: int
+    committed: int
+
+    def __int__(self) -> int:
+        return self.request_id
+
+    __index__ = __int__
+
+
+@dataclass(frozen=True)
 class RequestGroup:
     """A request group of a transactional topology: its stand-in spout, the function it serves, where requests
     come from, and the bolts that process them."""

@@ -57,7 +57,7 @@ from squall.transactional.messages import (
     CommitBatch,
     EmitPlan,
 )
-from squall.transactional.requests import RequestGroup
+from squall.transactional.requests import RequestAttempt, RequestGroup
 from squall.transactional.spouts import OpaquePartitionedTransactionalSpout
 from squall.transactional.stores import open_coordinator_store
 
@@ -378,11 +378,10 @@ class TransactionalRun:
         batches = sent + collector.take_last_batches(self.topology.reader_tasks(group.spout_id))
         placement = scheduler.placement
         hosts = {placement[t] for c in group.components for t in self.topology.task_ids(c)}
-        flight = TryInFlight(request_id, seq, time.time(), 0, set(), hosts, set(), phase="process", request=group)
+        attempt = RequestAttempt(request_id, self.coordinator.last_committed)
+        flight = TryInFlight(attempt, seq, time.time(), 0, set(), hosts, set(), phase="process", request=group)
         self._tries[seq] = flight
-        begin = BeginBatch(
-            scheduler.generation, seq, request_id, {}, batches, self.coordinator.last_committed, group.spout_id
-        )
+        begin = BeginBatch(scheduler.generation, seq, attempt, {}, batches, attempt.committed, group.spout_id)
         scheduler.send_to(sorted(hosts), begin)
 
     def _request_report(self, flight: TryInFlight, report: BatchReport) -> None:
@@ -400,14 +399,15 @@ class TransactionalRun:
             self.last_activity = self.clock.now()
             answer = flight.request.answer(flight.results)
             if answer is None:
-                flight.request.source.fail(flight.attempt, "request failed: the topology gave no result")
+                flight.request.source.fail(int(flight.attempt), "request failed: the topology gave no result")
             else:
-                flight.request.source.result(flight.attempt, answer)
+                flight.request.source.result(int(flight.attempt), answer)
 
     def _request_failed(self, flight: TryInFlight, why: str) -> None:
         self._tries.pop(flight.seq, None)
-        log.warning("%s: request %s of %r failed: %s", self.name, flight.attempt, flight.request.function, why)
-        flight.request.source.fail(flight.attempt, f"request failed: {why.strip().splitlines()[-1]}")
+        request_id = int(flight.attempt)
+        log.warning("%s: request %s of %r failed: %s", self.name, request_id, flight.request.function, why)
+        flight.request.source.fail(request_id, f"request failed: {why.strip().splitlines()[-1]}")
 
     def _count(self, component: str, task: int, status: TaskStatus) -> None:
         self.stats.of(component).add(status)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from squall.model.attempt import TransactionAttempt
+from squall.transactional.requests import RequestAttempt
 from squall.trident.operation import (
     Aggregator,
     Consumer,
@@ -28,7 +29,7 @@ from squall.trident.operation import (
     TridentCollector,
     TridentOperationContext,
 )
-from squall.trident.state import State, StateFactory, StateUpdater
+from squall.trident.state import READ_COMMITTED, State, StateFactory, StateUpdater
 from squall.trident.tuple import TridentTuple, tuple_type
 
 log = logging.getLogger("squall.trident")
@@ -384,8 +385,13 @@ class StateQuery(Processor):
         if not tuples:
             return
         args = [self.project(t) for t in tuples]
-        with self.state_lock:
-            results = self.function.batch_retrieve(self.state, args)
+        batch = ctx.batch_id
+        limit = READ_COMMITTED.set(batch.committed if isinstance(batch, RequestAttempt) else None)
+        try:
+            with self.state_lock:
+                results = self.function.batch_retrieve(self.state, args)
+        finally:
+            READ_COMMITTED.reset(limit)
         if len(results) != len(args):
             raise ValueError(f"{self.label}: batch_retrieve gave {len(results)} results for {len(args)} tuples")
         collector = self.collector

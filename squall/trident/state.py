@@ -23,11 +23,35 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from squall.trident.operation import CombinerAggregator, Operation, ReducerAggregator, TridentCollector
 from squall.trident.tuple import TridentTuple
+
+# While a DRPC request reads a state: the last txid committed when the request began (None: read what is there).
+# A map state then serves, for each key, what a committed txid left: an opaque value's ``prev`` when its ``curr`` was
+# written by a later txid (every txid before the one writing had committed), and a transactional value written by
+# a later txid is refused (``UncommittedRead``): the request fails rather than answer with an uncommitted count.
+READ_COMMITTED: ContextVar[int | None] = ContextVar("squall_trident_read_committed", default=None)
+
+
+class UncommittedRead(Exception):
+    """A request would have read a value no committed txid wrote."""
+
+
+def committed_current(value: Any, limit: int | None) -> Any:
+    """What a stored value holds as of the committed txid ``limit`` (None: its current value)."""
+    if isinstance(value, OpaqueValue):
+        if limit is None or value.curr_txid is None or value.curr_txid <= limit:
+            return value.curr
+        return value.prev
+    if isinstance(value, TransactionalValue):
+        if limit is not None and value.txid is not None and value.txid > limit:
+            raise UncommittedRead(f"the value was written by txid {value.txid}, after the last committed {limit}")
+        return value.val
+    return value
 
 
 class State:
@@ -296,7 +320,8 @@ class TransactionalMap(MapState):
         self.backing.reset()
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
-        return [None if v is None else v.val for v, _ in self.backing.multi_get(keys)]
+        limit = READ_COMMITTED.get() if self.curr_txid is None else None
+        return [None if v is None else committed_current(v, limit) for v, _ in self.backing.multi_get(keys)]
 
     def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
         self.backing.multi_put(keys, [TransactionalValue(self.curr_txid, v) for v in vals])
@@ -337,6 +362,9 @@ class OpaqueMap(MapState):
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         tx = self.curr_txid
+        if tx is None:  # outside a commit: what a committed txid left, for a request
+            limit = READ_COMMITTED.get()
+            return [None if v is None else committed_current(v, limit) for v, _ in self.backing.multi_get(keys)]
         return [None if v is None else (v.curr if cached else v.get(tx)) for v, cached in self.backing.multi_get(keys)]
 
     def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
@@ -567,11 +595,10 @@ class StoredMapState(MapState, Snapshottable, TupleCollection):
         return self.delegate.update(updater)
 
     def get_tuples(self) -> Iterator[list[Any]]:
-        kind = self.backing.kind
+        limit = READ_COMMITTED.get()
         for key, value in self.backing.items():
             if key != self.GLOBAL_KEY:
-                current = value.curr if kind == "opaque" else value.val if kind == "transactional" else value
-                yield [*key, current]
+                yield [*key, committed_current(value, limit)]
 
     def close(self) -> None:
         self.backing.close()

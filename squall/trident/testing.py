@@ -15,6 +15,7 @@ from squall.transactional.spouts import PartitionedTransactionalSpout
 from squall.trident.operation import BaseAggregator, BaseFilter, BaseFunction, TridentCollector
 from squall.trident.spouts import BatchSpout
 from squall.trident.state import (
+    READ_COMMITTED,
     MapState,
     MemoryBackingMap,
     OpaqueMap,
@@ -23,6 +24,7 @@ from squall.trident.state import (
     StateFactory,
     TupleCollection,
     ValueUpdater,
+    committed_current,
 )
 from squall.trident.tuple import TridentTuple
 
@@ -80,9 +82,10 @@ class MemoryMapState(MapState, Snapshottable, TupleCollection):
         return self.delegate.update(updater)
 
     def get_tuples(self) -> Iterator[list[Any]]:
+        limit = READ_COMMITTED.get()
         for key, value in list(self.backing.data.items()):
             if list(key) != GLOBAL_KEY:
-                yield [*key, value.curr]
+                yield [*key, committed_current(value, limit)]
 
 
 def _values(fields: Sequence[str], value: Any) -> list[Any]:
