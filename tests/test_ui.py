@@ -359,3 +359,35 @@ def test_an_attempt_in_flight_shows_its_phase_and_age(spark, tmp_path):
             release.touch()  # else the batch never ends, nor does the cluster's shutdown
         wait_for(lambda: get(url)["transactional"]["lastCommittedTxid"] >= 1, "the commit")
         assert 1 in [c["txid"] for c in get(url)["transactional"]["recentCommits"]]
+
+
+def test_a_trident_topology_shows_its_operations_by_name_and_its_batches(spark, tmp_path):
+    from squall.trident import TridentTopology
+    from squall.trident.builtin import Count
+    from squall.trident.sqlite_state import SqliteMapState
+    from squall.trident.testing import FixedBatchSpout, Split
+
+    topology = TridentTopology()
+    (
+        topology.new_stream("named", FixedBatchSpout(["sentence"], 2, "a b", "b c", "c d"))
+        .name("split")
+        .each(["sentence"], Split(), ["word"])
+        .group_by(["word"])
+        .name("counter")
+        .persistent_aggregate(SqliteMapState.opaque(str(tmp_path / "counts.sqlite")), Count(), ["count"])
+    )
+    with TestCluster({"squall.ui.port": 0}) as cluster:
+        run = cluster.submit_topology("trident", {}, topology.build())
+        cluster.wait_idle()
+        detail = get(f"{cluster.ui.url}/api/v1/topology/trident")
+        metrics = get(f"{cluster.ui.url}/metrics")
+    bolts = {b["id"]: b for b in detail["bolts"]}
+    # b-0 splits and counts each batch's words (its nodes are named split, then counter); b-1 adds them up and
+    # keeps them
+    assert set(bolts) == {"b-0-split-counter", "b-1-counter"}
+    assert bolts["b-0-split-counter"]["executed"] == 3  # the sentences
+    assert bolts["b-1-counter"]["executed"] == 5  # each batch's partial counts: (a, b, c) then (c, d)
+    assert detail["transactional"]["lastCommittedTxid"] == run.coordinator.last_committed >= 2
+    assert metric(metrics, "squall_tuples_executed_total", topology="trident", component="b-1-counter") == 5
+    assert metric(metrics, "squall_last_committed_txid", topology="trident") == run.coordinator.last_committed
+    assert metric(metrics, "squall_batches_in_flight", topology="trident") == len(run.attempt_phases())

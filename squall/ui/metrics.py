@@ -94,6 +94,14 @@ class TopologyCollector(Collector):
             ),
         }
         waves = CounterMetricFamily("squall_waves", "Waves (transactional: batches) completed", labels=by_topology)
+        committed = GaugeMetricFamily(
+            "squall_last_committed_txid",
+            "A transactional (or Trident) topology's last committed txid",
+            labels=by_topology,
+        )
+        in_flight = GaugeMetricFamily(
+            "squall_batches_in_flight", "A transactional (or Trident) topology's batches in flight", labels=by_topology
+        )
         restarts = CounterMetricFamily("squall_worker_restarts", "Times the workers restarted", labels=by_topology)
         latency_rows = []
         for name, (run, failed) in runs.items():
@@ -107,6 +115,10 @@ class TopologyCollector(Collector):
             gauges["inbox_peak"].add_metric([name], stats.inbox_peak_bytes)
             waves.add_metric([name], stats.waves)
             restarts.add_metric([name], stats.restarts)
+            coordinator = getattr(run, "coordinator", None)
+            if coordinator is not None:
+                committed.add_metric([name], coordinator.last_committed)
+                in_flight.add_metric([name], len(run.attempt_phases()))
             for cid, spec in topology.components.items():
                 c = stats.peek(cid)
                 for metric, _, attribute, kinds in COUNTERS:
@@ -129,6 +141,8 @@ class TopologyCollector(Collector):
         yield from gauges.values()
         yield waves
         yield restarts
+        yield committed
+        yield in_flight
         yield _latency_histogram("squall_complete_latency_seconds", labels, latency_rows)
 
 
