@@ -12,6 +12,7 @@ import http.client
 import json
 import logging
 import os
+import queue
 import socket
 import threading
 from collections import deque
@@ -132,6 +133,8 @@ class DRPCInvocations:
         self._stop = threading.Event()
         self._senders: dict[int, _Connection] = {}
         self._threads: list[threading.Thread] = []
+        self._replies: queue.SimpleQueue[tuple[int, str, str] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._reply, name="squall-drpc-reply", daemon=True).start()
 
     @classmethod
     def from_conf(cls, conf: dict[str, Any]) -> DRPCInvocations:
@@ -165,10 +168,20 @@ class DRPCInvocations:
             return [queue.popleft() for _ in range(min(most, len(queue)))] if queue else []
 
     def result(self, request_id: int, text: str) -> None:
-        self._send(request_id, "result", text)
+        self._replies.put((request_id, "result", text))
 
     def fail(self, request_id: int, message: str) -> None:
-        self._send(request_id, "fail", message)
+        self._replies.put((request_id, "fail", message))
+
+    def _reply(self) -> None:
+        """Sends the answers, off the run's thread: a slow server holds up no step."""
+        while True:
+            reply = self._replies.get()
+            if reply is None:
+                for connection in self._senders.values():
+                    connection.close()
+                return
+            self._send(*reply)
 
     def _send(self, request_id: int, what: str, text: str) -> None:
         with self._lock:
@@ -205,7 +218,7 @@ class DRPCInvocations:
                 if status != 200:
                     raise DRPCExecutionException(f"{status} {body[:200]!r}")
                 self._arrived(server, json.loads(body))
-            except (DRPCExecutionException, SquallError, ValueError) as exc:
+            except Exception as exc:  # the server away, a reply cut short or malformed: try again
                 log.warning("DRPC server %s:%d: %s; trying again", host, port, exc)
                 if connection is not None:
                     connection.close()
@@ -226,6 +239,14 @@ class DRPCInvocations:
             wake()
 
     def close(self) -> None:
+        """Stops polling; the requests taken from the servers and not begun fail, and then the answers go."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        for connection in self._senders.values():
-            connection.close()
+        with self._lock:
+            waiting = [request_id for queued in self._queues.values() for request_id, _ in queued]
+            for queued in self._queues.values():
+                queued.clear()
+        for request_id in waiting:
+            self.fail(request_id, "the topology stopped")
+        self._replies.put(None)

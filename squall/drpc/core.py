@@ -66,6 +66,10 @@ class DRPC:
             wake()
         if not request.done.wait(limit):
             self.fail(request.id, "Timed Out")
+            with self._lock:  # no topology took it: it leaves the queue too
+                queue = self._queues.get(function)
+                if queue is not None and request in queue:
+                    queue.remove(request)
         if request.error is not None:
             raise DRPCExecutionException(f"DRPC request for {function!r} failed: {request.error}")
         return request.result

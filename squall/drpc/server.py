@@ -24,6 +24,7 @@ import json
 import logging
 import secrets
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import uvicorn
@@ -40,6 +41,8 @@ log = logging.getLogger("squall.drpc")
 SERVICE = "drpc"  # its tokens are under ~/.squall/drpc
 DEFAULT_PORT = 3772  # Storm's drpc.port
 MAX_FETCH_WAIT_SECS = 30.0
+CALLER_THREADS = 256  # callers waiting at once; more wait for a thread
+POLL_THREADS = 32  # topologies' long polls at once
 
 
 class DRPCServer:
@@ -49,6 +52,10 @@ class DRPCServer:
         self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, timeout_secs: float = DEFAULT_TIMEOUT_SECS
     ) -> None:
         self.drpc = DRPC(timeout_secs)
+        # Waiting callers and the topologies' long polls each hold a thread: pools of their own, so that callers
+        # never leave a poll without one (asyncio's shared pool has a few threads a core)
+        self._callers = ThreadPoolExecutor(CALLER_THREADS, thread_name_prefix="squall-drpc-call")
+        self._polls = ThreadPoolExecutor(POLL_THREADS, thread_name_prefix="squall-drpc-fetch")
         self._socket = tokens.listen(host, port, "the DRPC server", "choose another (squall drpc --port N)")
         self.host, self.port = host, self._socket.getsockname()[1]
         self.token = secrets.token_urlsafe(32)
@@ -74,6 +81,8 @@ class DRPCServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
         self._socket.close()
+        self._callers.shutdown(wait=False, cancel_futures=True)
+        self._polls.shutdown(wait=False, cancel_futures=True)
         tokens.forget_token(self.token_file, self.token)
 
     def _authorized(self, request: Request) -> bool:
@@ -98,7 +107,7 @@ class DRPCServer:
             else:
                 args = request.path_params.get("args", "")
             try:
-                result = await asyncio.to_thread(drpc.execute, function, args)
+                result = await asyncio.get_running_loop().run_in_executor(self._callers, drpc.execute, function, args)
             except DRPCExecutionException as exc:
                 return JSONResponse({"error": str(exc), "type": "FAILED_REQUEST"}, 500)
             return PlainTextResponse(result)
@@ -113,7 +122,7 @@ class DRPCServer:
                 return JSONResponse(
                     {"error": f"a fetch takes {{'functions': [...], 'max': n, 'wait_ms': ms}}: {exc}"}, 400
                 )
-            taken = await asyncio.to_thread(drpc.fetch, functions, most, wait)
+            taken = await asyncio.get_running_loop().run_in_executor(self._polls, drpc.fetch, functions, most, wait)
             return JSONResponse([list(t) for t in taken])
 
         async def result(request: Request) -> Response:

@@ -200,6 +200,7 @@ class TryOnWorker:
 
     def _commit(self) -> None:
         self.committing = True
+        self.host.resources.saw_committed(self.attempt.txid - 1)  # commits come in txid order
         with self.host.commits.running():
             for task in self.tasks.values():
                 if task.committer and not task.waiting and not task.done and not self.finished:
@@ -334,6 +335,7 @@ class BatchTasks:
     # -- messages from the worker's serving loop ---------------------------------------------------
     def handle(self, message: Any) -> None:
         if isinstance(message, BeginBatch):
+            self.resources.saw_committed(message.last_committed)
             if self.emitters is not None and message.group is None:
                 self._emits.put(message)
             if self.group_tasks.get(message.group):
@@ -358,9 +360,9 @@ class BatchTasks:
 
     def _route(self, seq: int, message: Any) -> None:
         with self._lock:
-            if seq in self._ended or seq <= self._newest - FORGET_AFTER:
+            attempt = self._tries.get(seq)  # a live try takes its messages however far behind the newest it is
+            if attempt is None and (seq in self._ended or seq <= self._newest - FORGET_AFTER):
                 return
-            attempt = self._tries.get(seq)
             if attempt is None:
                 attempt = self._tries[seq] = TryOnWorker(self, seq)
                 if seq > self._newest:

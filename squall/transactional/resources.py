@@ -26,12 +26,19 @@ class WorkerResources:
         self._objects: dict[Any, Any] = {}
         self._lock = threading.RLock()  # what ``make`` makes may get other resources
         self.closed = False
+        self.committed = 0  # the latest txid this worker knows committed (``saw_committed``)
+
+    def saw_committed(self, txid: int) -> None:
+        if txid > self.committed:
+            self.committed = txid
 
     def get(self, key: Any, make: Callable[[], Any]) -> Any:
         found = self._objects.get(key)
         if found is not None:
             return found
         with self._lock:
+            if self.closed:  # a try still running as its generation ended: nothing new is made for it
+                raise RuntimeError("this worker's generation ended")
             found = self._objects.get(key)
             if found is None:
                 found = self._objects[key] = make()

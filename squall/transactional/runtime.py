@@ -239,6 +239,8 @@ class TransactionalRun:
         """No emitted tuple is waiting to commit, and an empty batch begun after try number ``since`` has
         committed: the source had nothing more."""
         pending = any(t.tuples or t.emitting for t in list(self._tries.values()))  # read from other threads too
+        if self.ttopo.spout is None:  # it only serves requests: nothing of its own to finish
+            return not pending
         return not pending and self._last_empty_commit > since
 
     def idle_for(self) -> float:

@@ -59,7 +59,10 @@ class TaskPlan:
             key = ("trident-state-lock", state_id, index)
             return resources.get(key, threading.RLock) if resources is not None else threading.RLock()
 
-        env = TaskEnv(conf, index, n, plan.component, state, state_lock, context.component_tasks)
+        def committed() -> int:
+            return resources.committed if resources is not None else 0
+
+        env = TaskEnv(conf, index, n, plan.component, state, state_lock, committed, context.component_tasks)
         self.roots = {key: (tuple_type(r.fields), r.skip, r.receivers) for key, r in plan.roots.items()}
         for processor in plan.processors:
             processor.prepare(env)

@@ -66,6 +66,7 @@ class TaskEnv:
     component: str
     state: Callable[[str, StateFactory], State]  # the task's state for a state id, made once
     state_lock: Callable[[str], Any]  # held while the state is updated or read
+    committed: Callable[[], int]  # the latest txid this worker knows committed
     tasks_of: Callable[[str], list[int]]  # a component's task ids
 
     def operation_context(self) -> TridentOperationContext:
@@ -341,7 +342,13 @@ class PartitionPersist(Processor):
         state = self.state
         with self.state_lock:
             state.begin_commit(txid)
-            self.updater.update_state(state, tuples, self.collector)
+            try:
+                self.updater.update_state(state, tuples, self.collector)
+            except BaseException:
+                abort = getattr(state, "abort_commit", None)  # a state of the user's may not have it
+                if abort is not None:
+                    abort(txid)
+                raise
             state.commit(txid)
 
     def cleanup(self) -> None:
@@ -363,15 +370,20 @@ class StateQuery(Processor):
         input_fields,
         out_fields,
         fn_fields,
+        committed_reads: bool = True,
     ) -> None:
+        """``committed_reads``: the state is this topology's (a request reads what its committed txids left); a
+        static state's txids, if it has any, are not this topology's."""
         super().__init__(node_id, label)
         self.state_id, self.factory, self.function = state_id, factory, function
+        self.committed_reads = committed_reads
         self.project = _projection(positions, input_fields)
         self.collector = _Appending(self, out_fields, fn_fields)
 
     def prepare(self, env: TaskEnv) -> None:
         self.state = env.state(self.state_id, self.factory)
         self.state_lock = env.state_lock(self.state_id)
+        self.known_committed = env.committed
         self.function.prepare(env.conf, env.operation_context())
 
     def start_batch(self, ctx: BatchContext) -> None:
@@ -380,18 +392,23 @@ class StateQuery(Processor):
     def receive(self, ctx: BatchContext, index: int, tup: TridentTuple) -> None:
         ctx.slots[self.node_id].append(tup)
 
+    def _limit(self, batch: Any) -> int | None:
+        """A request's read of this topology's state: the latest txid known committed, when it began or since."""
+        if not self.committed_reads or not isinstance(batch, RequestAttempt):
+            return None
+        return max(batch.committed, self.known_committed())
+
     def finish_batch(self, ctx: BatchContext) -> None:
         tuples = ctx.slots.pop(self.node_id)
         if not tuples:
             return
         args = [self.project(t) for t in tuples]
-        batch = ctx.batch_id
-        limit = READ_COMMITTED.set(batch.committed if isinstance(batch, RequestAttempt) else None)
-        try:
-            with self.state_lock:
+        with self.state_lock:
+            limit = READ_COMMITTED.set(self._limit(ctx.batch_id))
+            try:
                 results = self.function.batch_retrieve(self.state, args)
-        finally:
-            READ_COMMITTED.reset(limit)
+            finally:
+                READ_COMMITTED.reset(limit)
         if len(results) != len(args):
             raise ValueError(f"{self.label}: batch_retrieve gave {len(results)} results for {len(args)} tuples")
         collector = self.collector

@@ -64,6 +64,9 @@ class State:
     def commit(self, txid: int | None) -> None:
         pass
 
+    def abort_commit(self, txid: int | None) -> None:
+        """The batch's update raised after ``begin_commit``: nothing of it is to be read as this batch's own."""
+
 
 class StateFactory:
     """Makes a task's ``State``: called once per task and worker generation, on the task's worker."""
@@ -319,8 +322,12 @@ class TransactionalMap(MapState):
         self.curr_txid = None
         self.backing.reset()
 
+    def abort_commit(self, txid: int | None) -> None:
+        self.curr_txid = None
+        self.backing.reset()
+
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
-        limit = READ_COMMITTED.get() if self.curr_txid is None else None
+        limit = READ_COMMITTED.get()  # a request's read; None in a batch, which reads its own txid's view
         return [None if v is None else committed_current(v, limit) for v, _ in self.backing.multi_get(keys)]
 
     def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
@@ -360,10 +367,13 @@ class OpaqueMap(MapState):
         self.curr_txid = None
         self.backing.reset()
 
+    def abort_commit(self, txid: int | None) -> None:
+        self.curr_txid = None
+        self.backing.reset()
+
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
-        tx = self.curr_txid
-        if tx is None:  # outside a commit: what a committed txid left, for a request
-            limit = READ_COMMITTED.get()
+        tx, limit = self.curr_txid, READ_COMMITTED.get()
+        if tx is None or limit is not None:  # outside a commit, or a request's read: what committed txids left
             return [None if v is None else committed_current(v, limit) for v, _ in self.backing.multi_get(keys)]
         return [None if v is None else (v.curr if cached else v.get(tx)) for v, cached in self.backing.multi_get(keys)]
 
@@ -392,6 +402,9 @@ class SnapshottableMap(MapState, Snapshottable):
 
     def commit(self, txid: int | None) -> None:
         self.delegate.commit(txid)
+
+    def abort_commit(self, txid: int | None) -> None:
+        self.delegate.abort_commit(txid)
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         return self.delegate.multi_get(keys)
@@ -557,10 +570,11 @@ class StoredBackingMap(BackingMap):
         pass
 
 
-class StoredMapState(MapState, Snapshottable, TupleCollection):
+class StoredMapState(MapState, Snapshottable):
     """A map state of one of the three kinds over a ``StoredBackingMap``, with an LRU cache of ``cache_size`` keys
-    in front (0: none), a single value for an ungrouped ``persistent_aggregate`` (``get``/``set``/``update``) and
-    ``get_tuples``."""
+    in front (0: none), and a single value for an ungrouped ``persistent_aggregate`` (``get``/``set``/``update``).
+    Every partition keeps its keys in one store, so it is not a ``TupleCollection`` (as Storm's stored map states
+    are not): ``items()`` on its backing map lists the whole store."""
 
     GLOBAL_KEY = ["$MAP-STATE-GLOBAL$"]
 
@@ -575,6 +589,9 @@ class StoredMapState(MapState, Snapshottable, TupleCollection):
 
     def commit(self, txid: int | None) -> None:
         self.delegate.commit(txid)
+
+    def abort_commit(self, txid: int | None) -> None:
+        self.delegate.abort_commit(txid)
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         return self.delegate.multi_get(keys)
@@ -593,12 +610,6 @@ class StoredMapState(MapState, Snapshottable, TupleCollection):
 
     def update(self, updater: ValueUpdater) -> Any:
         return self.delegate.update(updater)
-
-    def get_tuples(self) -> Iterator[list[Any]]:
-        limit = READ_COMMITTED.get()
-        for key, value in self.backing.items():
-            if key != self.GLOBAL_KEY:
-                yield [*key, committed_current(value, limit)]
 
     def close(self) -> None:
         self.backing.close()

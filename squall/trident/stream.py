@@ -285,7 +285,16 @@ class Stream:
         return self._op(
             out,
             lambda i, label: StateQuery(
-                i, label, state.state_id, state.factory, function, where, wanted, out, fn_fields
+                i,
+                label,
+                state.state_id,
+                state.factory,
+                function,
+                where,
+                wanted,
+                out,
+                fn_fields,
+                state._node is not None,
             ),
             colocate=state._node,
         )

@@ -58,6 +58,9 @@ class MemoryMapState(MapState, Snapshottable, TupleCollection):
     def commit(self, txid: int | None) -> None:
         self.delegate.commit(txid)
 
+    def abort_commit(self, txid: int | None) -> None:
+        self.delegate.abort_commit(txid)
+
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         return self.delegate.multi_get(keys)
 
