@@ -27,6 +27,7 @@ def test_a_step_sends_the_commit_before_it_begins_a_batch(tmp_path):
     coordinator.committed(a1)  # the next poll begins txid 3 and commits txid 2
     run = TransactionalRun.__new__(TransactionalRun)
     run.failure, run._tries, run._moved, run._quiet_until = None, {}, 0, 0.0
+    run._emit_interval, run._last_begin, run._requests = 0.0, 0.0, []
     run.coordinator = coordinator
     run.scheduler = SimpleNamespace(ready=True, hosts=[0], serve=lambda timeout: None)
     run.ttopo = SimpleNamespace(spout=SimpleNamespace(is_ready=lambda: True))
