@@ -126,3 +126,24 @@ def test_a_trident_topology_answers_queries_from_squall_drpc(tmp_path):
     finally:
         server.terminate()
         assert server.wait(10) == 0
+
+
+def test_a_topology_s_requests_close_when_it_stops_and_what_it_took_fails():
+    with DRPCServer(port=0, timeout_secs=30) as server:
+        invocations = DRPCInvocations(["127.0.0.1"], server.port)
+        taken = threading.Event()
+        invocations.register("f", taken.set)
+        failures = []
+
+        def call():
+            try:
+                DRPCClient("127.0.0.1", server.port).execute("f", "x")
+            except DRPCExecutionException as exc:
+                failures.append(str(exc))
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        assert taken.wait(10)  # the poll took the request; the topology stops before it begins
+        invocations.unregister("f")  # its last function: it closes
+        caller.join(10)
+        assert failures and "the topology stopped" in failures[0]

@@ -159,8 +159,9 @@ class DRPCInvocations:
     def unregister(self, function: str) -> None:
         with self._lock:
             self._wakes.pop(function, None)
-            if not self._wakes:
-                self.close()
+            done = not self._wakes
+        if done:
+            self.close()
 
     def take(self, function: str, most: int) -> list[tuple[int, str]]:
         with self._lock:
