@@ -1,4 +1,4 @@
-"""The Trident tutorial as its docstring runs it: squall drpc, squall run, then queries from a DRPCClient."""
+"""The DRPC examples as their docstrings run them: squall drpc, squall run, then queries from a DRPCClient."""
 
 import json
 import os
@@ -64,6 +64,37 @@ def test_the_trident_word_count_answers_drpc_queries_while_it_runs(tmp_path):
                     break
                 time.sleep(0.2)
             assert dict(answer) == {"the": expected["the"], "cow": expected["cow"], "apples": expected["apples"]}
+    finally:
+        for process in (run, server):
+            if process is not None:
+                process.terminate()
+                process.wait(30)
+
+
+def test_the_basic_drpc_example_answers_through_squall_drpc(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "squall.cli", "drpc", "--port", "0"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    run = None
+    try:
+        port = int(re.search(r":(\d+);", server.stderr.readline()).group(1))
+        example = EXAMPLE.parent / "basic_drpc.py"
+        args = [sys.executable, "-m", "squall.cli", "run", str(example), "--idle-secs", "0", "--no-ui"]
+        args += ["--master", "local[2]", "--conf", f"drpc.port={port}"]
+        run = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        token = (tmp_path / ".squall" / "drpc" / f"127.0.0.1_{port}.token").read_text()
+        with DRPCClient("127.0.0.1", port, timeout=30, token=token) as client:
+            deadline = time.monotonic() + 180
+            while True:
+                assert run.poll() is None, "squall run stopped"
+                try:
+                    assert client.execute("exclamation", "hello") == "hello!"
+                    break
+                except DRPCExecutionException:  # not serving yet
+                    assert time.monotonic() < deadline, "the example never answered"
+                    time.sleep(0.5)
+            assert [client.execute("exclamation", w) for w in ("a", "storm")] == ["a!", "storm!"]
     finally:
         for process in (run, server):
             if process is not None:
