@@ -137,20 +137,28 @@ class _Factory(StateFactory):
         return StoredMapState(self.backing(self.url, self.name, self.kind), self.cache_size)
 
 
-class RedisMapState:
+class _MapStates:
+    """Factories of one store's map states, one per kind: ``opaque(url, name)`` and so on."""
+
+    backing: type
+
+    @classmethod
+    def opaque(cls, url: str, name: str, cache_size: int = 1000) -> StateFactory:
+        return _Factory(cls.backing, url, name, "opaque", cache_size)
+
+    @classmethod
+    def transactional(cls, url: str, name: str, cache_size: int = 1000) -> StateFactory:
+        return _Factory(cls.backing, url, name, "transactional", cache_size)
+
+    @classmethod
+    def non_transactional(cls, url: str, name: str, cache_size: int = 1000) -> StateFactory:
+        return _Factory(cls.backing, url, name, "non_transactional", cache_size)
+
+
+class RedisMapState(_MapStates):
     """Factories of map states in a Redis hash: ``RedisMapState.opaque(url, name)`` and so on."""
 
-    @staticmethod
-    def opaque(url: str, name: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(RedisBackingMap, url, name, "opaque", cache_size)
-
-    @staticmethod
-    def transactional(url: str, name: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(RedisBackingMap, url, name, "transactional", cache_size)
-
-    @staticmethod
-    def non_transactional(url: str, name: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(RedisBackingMap, url, name, "non_transactional", cache_size)
+    backing = RedisBackingMap
 
     @staticmethod
     def read(url: str, name: str) -> dict[tuple, Any]:
@@ -162,20 +170,10 @@ class RedisMapState:
             client.close()
 
 
-class PostgresMapState:
+class PostgresMapState(_MapStates):
     """Factories of map states in a PostgreSQL table: ``PostgresMapState.opaque(url, table)`` and so on."""
 
-    @staticmethod
-    def opaque(url: str, table: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(PostgresBackingMap, url, table, "opaque", cache_size)
-
-    @staticmethod
-    def transactional(url: str, table: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(PostgresBackingMap, url, table, "transactional", cache_size)
-
-    @staticmethod
-    def non_transactional(url: str, table: str, cache_size: int = 1000) -> StateFactory:
-        return _Factory(PostgresBackingMap, url, table, "non_transactional", cache_size)
+    backing = PostgresBackingMap
 
     @staticmethod
     def read(url: str, table: str) -> dict[tuple, Any]:

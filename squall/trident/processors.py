@@ -146,6 +146,18 @@ class _Emitting(TridentCollector):
         log.error("%s: %s", self.processor.label, error, exc_info=error)
 
 
+class _Fresh(_Emitting):
+    """Each emit is a new tuple of ``out_fields`` (a persist's updater, a multi-reducer)."""
+
+    def __init__(self, processor: Processor, out_fields: Sequence[str]) -> None:
+        self.out_fields, self.kind = list(out_fields), tuple_type(out_fields)
+        super().__init__(processor, self._make)
+
+    def _make(self, values: Sequence[Any]) -> TridentTuple:
+        check_arity(self.processor.label, values, self.out_fields)
+        return self.kind(values)
+
+
 class _Appending(_Emitting):
     """Each emit's values follow the input tuple's (``each``)."""
 
@@ -316,11 +328,7 @@ class PartitionPersist(Processor):
         self.state_id, self.factory, self.updater = state_id, factory, updater
         self.project = _projection(positions, input_fields)
         self.out_fields = list(out_fields)
-        self.collector = _Emitting(self, self._fresh)
-
-    def _fresh(self, values: Sequence[Any]) -> TridentTuple:
-        check_arity(self.label, values, self.out_fields)
-        return tuple_type(self.out_fields)(values)
+        self.collector = _Fresh(self, out_fields)
 
     def prepare(self, env: TaskEnv) -> None:
         self.state = env.state(self.state_id, self.factory)
@@ -521,11 +529,7 @@ class MultiReduce(Processor):
         self.reducer = reducer
         self.projections = [_projection(p, f) for p, f in projections]
         self.out_fields = list(out_fields)
-        self.collector = _Emitting(self, self._fresh)
-
-    def _fresh(self, values: Sequence[Any]) -> TridentTuple:
-        check_arity(self.label, values, self.out_fields)
-        return tuple_type(self.out_fields)(values)
+        self.collector = _Fresh(self, out_fields)
 
     def prepare(self, env: TaskEnv) -> None:
         self.reducer.prepare(env.conf, env.operation_context())

@@ -302,16 +302,16 @@ class NonTransactionalMap(MapState):
         return new
 
 
-class TransactionalMap(MapState):
-    """Stores ``TransactionalValue(txid, val)``: a key already written by the batch's txid (in an earlier try) is
-    left as it is."""
+class _TxidMap(MapState):
+    """A map state that stores each value with the txid that wrote it: the batch being committed (its txid, and
+    the writes it made, which its own later reads see) is framed by ``begin_commit`` and ``commit``."""
 
     def __init__(self, backing: BackingMap) -> None:
         self.backing = _BatchReads(backing)
         self.curr_txid: int | None = None
 
     @classmethod
-    def build(cls, backing: BackingMap) -> TransactionalMap:
+    def build(cls, backing: BackingMap) -> _TxidMap:
         return cls(backing)
 
     def begin_commit(self, txid: int | None) -> None:
@@ -325,6 +325,11 @@ class TransactionalMap(MapState):
     def abort_commit(self, txid: int | None) -> None:
         self.curr_txid = None
         self.backing.reset()
+
+
+class TransactionalMap(_TxidMap):
+    """Stores ``TransactionalValue(txid, val)``: a key already written by the batch's txid (in an earlier try) is
+    left as it is."""
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         limit = READ_COMMITTED.get()  # a request's read; None in a batch, which reads its own txid's view
@@ -348,28 +353,8 @@ class TransactionalMap(MapState):
         return out
 
 
-class OpaqueMap(MapState):
+class OpaqueMap(_TxidMap):
     """Stores ``OpaqueValue(curr_txid, curr, prev)``: a replayed txid updates ``prev`` again."""
-
-    def __init__(self, backing: BackingMap) -> None:
-        self.backing = _BatchReads(backing)
-        self.curr_txid: int | None = None
-
-    @classmethod
-    def build(cls, backing: BackingMap) -> OpaqueMap:
-        return cls(backing)
-
-    def begin_commit(self, txid: int | None) -> None:
-        self.curr_txid = txid
-        self.backing.reset()
-
-    def commit(self, txid: int | None) -> None:
-        self.curr_txid = None
-        self.backing.reset()
-
-    def abort_commit(self, txid: int | None) -> None:
-        self.curr_txid = None
-        self.backing.reset()
 
     def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
         tx, limit = self.curr_txid, READ_COMMITTED.get()
@@ -570,7 +555,7 @@ class StoredBackingMap(BackingMap):
         pass
 
 
-class StoredMapState(MapState, Snapshottable):
+class StoredMapState(SnapshottableMap):
     """A map state of one of the three kinds over a ``StoredBackingMap``, with an LRU cache of ``cache_size`` keys
     in front (0: none), and a single value for an ungrouped ``persistent_aggregate`` (``get``/``set``/``update``).
     Every partition keeps its keys in one store, so it is not a ``TupleCollection`` (as Storm's stored map states
@@ -582,34 +567,7 @@ class StoredMapState(MapState, Snapshottable):
         self.backing = backing
         cached = CachedMap(backing, cache_size) if cache_size else backing
         kind = {"opaque": OpaqueMap, "transactional": TransactionalMap, "non_transactional": NonTransactionalMap}
-        self.delegate = SnapshottableMap(kind[backing.kind].build(cached), self.GLOBAL_KEY)
-
-    def begin_commit(self, txid: int | None) -> None:
-        self.delegate.begin_commit(txid)
-
-    def commit(self, txid: int | None) -> None:
-        self.delegate.commit(txid)
-
-    def abort_commit(self, txid: int | None) -> None:
-        self.delegate.abort_commit(txid)
-
-    def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
-        return self.delegate.multi_get(keys)
-
-    def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
-        self.delegate.multi_put(keys, vals)
-
-    def multi_update(self, keys: list[Sequence[Any]], updaters: list[ValueUpdater]) -> list[Any]:
-        return self.delegate.multi_update(keys, updaters)
-
-    def get(self) -> Any:
-        return self.delegate.get()
-
-    def set(self, value: Any) -> None:
-        self.delegate.set(value)
-
-    def update(self, updater: ValueUpdater) -> Any:
-        return self.delegate.update(updater)
+        super().__init__(kind[backing.kind].build(cached), self.GLOBAL_KEY)
 
     def close(self) -> None:
         self.backing.close()

@@ -16,14 +16,11 @@ from squall.trident.operation import BaseAggregator, BaseFilter, BaseFunction, T
 from squall.trident.spouts import BatchSpout
 from squall.trident.state import (
     READ_COMMITTED,
-    MapState,
     MemoryBackingMap,
     OpaqueMap,
-    Snapshottable,
     SnapshottableMap,
     StateFactory,
     TupleCollection,
-    ValueUpdater,
     committed_current,
 )
 from squall.trident.tuple import TridentTuple
@@ -31,14 +28,14 @@ from squall.trident.tuple import TridentTuple
 GLOBAL_KEY = ["$MEMORY-MAP-STATE-GLOBAL$"]
 
 
-class MemoryMapState(MapState, Snapshottable, TupleCollection):
+class MemoryMapState(SnapshottableMap, TupleCollection):
     """An opaque map state in the worker process's memory (Storm's ``MemoryMapState``): each partition's values
     outlive a worker generation in the same process, and are lost with the process. For tests and first tries;
     ``squall.trident.state`` has the durable ones."""
 
     def __init__(self, state_id: str) -> None:
         self.backing = MemoryBackingMap(state_id, 0)
-        self.delegate = SnapshottableMap(OpaqueMap.build(self.backing), GLOBAL_KEY)
+        super().__init__(OpaqueMap.build(self.backing), GLOBAL_KEY)
         self.removed: list[Sequence[Any]] = []
         self.curr_txid: int | None = None
 
@@ -50,39 +47,15 @@ class MemoryMapState(MapState, Snapshottable, TupleCollection):
             return MemoryMapState(f"{self.id}/{partition_index}")
 
     def begin_commit(self, txid: int | None) -> None:
-        self.delegate.begin_commit(txid)
+        super().begin_commit(txid)
         if txid is None or txid != self.curr_txid:
             self.backing.multi_remove(self.removed)
         self.removed, self.curr_txid = [], txid
 
-    def commit(self, txid: int | None) -> None:
-        self.delegate.commit(txid)
-
-    def abort_commit(self, txid: int | None) -> None:
-        self.delegate.abort_commit(txid)
-
-    def multi_get(self, keys: list[Sequence[Any]]) -> list[Any]:
-        return self.delegate.multi_get(keys)
-
-    def multi_put(self, keys: list[Sequence[Any]], vals: list[Any]) -> None:
-        self.delegate.multi_put(keys, vals)
-
-    def multi_update(self, keys: list[Sequence[Any]], updaters: list[ValueUpdater]) -> list[Any]:
-        return self.delegate.multi_update(keys, updaters)
-
     def multi_remove(self, keys: list[Sequence[Any]]) -> None:
         """The keys read as None for the rest of the batch, and are gone once the next txid begins."""
-        self.delegate.multi_put(keys, [None] * len(keys))
+        self.multi_put(keys, [None] * len(keys))
         self.removed.extend(keys)
-
-    def get(self) -> Any:
-        return self.delegate.get()
-
-    def set(self, value: Any) -> None:
-        self.delegate.set(value)
-
-    def update(self, updater: ValueUpdater) -> Any:
-        return self.delegate.update(updater)
 
     def get_tuples(self) -> Iterator[list[Any]]:
         limit = READ_COMMITTED.get()
