@@ -392,7 +392,7 @@ def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_
 def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads_out_when_one_joins(tmp_path):
     """Two 1-core workers and no spare: SIGKILL one mid-run, and the run completes on the survivor with nothing
     lost; then start a worker, and tasks move to it: the sentences queued after that are counted there too."""
-    sentences, later = 60_000, 20_000
+    sentences, later = 30_000, 10_000
     (tmp_path / "spark").mkdir()
     spark = SparkStandaloneCluster(tmp_path / "spark", workers=2)
     data, log = tmp_path / "data", tmp_path / "driver.log"
