@@ -1,9 +1,10 @@
 """The workers' per-word Python, without Spark: the word count's bolt tasks run their batches in this process.
 
-The benchmark's topology (``word_count.py``) as one worker runs it: a wave of sentence rows (each the root of
-a tree) through ``split``, its batches to the two ``count`` tasks through the wire's pickling, ``count``'s to
-``sink``, then every task's acks reduced. Nothing else runs, so the figure is the framework's Python per word
-plus the bolts' own bodies, which ``word_count.py``'s runs spread over processes, threads and sockets.
+The benchmark's topology (``word_count.py``) as its two workers run it: a wave of sentence rows (each the root
+of a tree) through ``split``, its batches to the two ``count`` tasks, ``count``'s to the two ``sink`` tasks (a
+batch between tasks of different workers through the wire's pickling), then every task's acks reduced.
+Nothing else runs, so the figure is the framework's Python per word plus the bolts' own bodies, which
+``word_count.py``'s runs spread over processes, threads and sockets.
 
 It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with Python's own
 settings or, with ``--gc-threshold N``, as a worker sets it with ``squall.worker.gc.threshold: N``.
@@ -47,6 +48,7 @@ def tasks_of(built, acking: bool = True) -> dict[str, list[BoltTask]]:
 
 def run(sentences: list[str], tasks: dict[str, list[BoltTask]], spout_task: int) -> None:
     by_id = {task.task: task for group in tasks.values() for task in group}
+    worker_of = {task.task: i for group in tasks.values() for i, task in enumerate(group)}  # task i on worker i
     for wave, start in enumerate(range(0, len(sentences), WAVE_SENTENCES), 1):
         for task in by_id.values():
             task.begin_wave(0, wave)
@@ -60,7 +62,7 @@ def run(sentences: list[str], tasks: dict[str, list[BoltTask]], spout_task: int)
         for stage in ("split", "count"):
             for task in tasks[stage]:
                 for batch in task.collector.take_batches():
-                    if stage == "split":  # split and count meet through the wire; count and sink share a worker
+                    if worker_of[task.task] != worker_of[batch.target]:  # through the wire, as between workers
                         batch = pickle.loads(encode(batch, 0)[HEADER.size :])
                     execute_batch(by_id[batch.target], batch)
         for task in by_id.values():

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from word_count import SOURCES, WORDS_PER_SENTENCE, make_sentences, squall_throughput
+from word_count import SOURCES, WORDS_PER_SENTENCE, Submitted, make_sentences, squall_throughput
 
 from squall import LocalCluster
 from squall.connectors.local_redis import LocalRedisServer
@@ -90,7 +90,7 @@ def trident_word_count(
         "drpc.port": server.port,
         "squall.drpc.token": server.token,
     }
-    with LocalCluster() as cluster, DRPCClient(server.host, server.port, token=server.token) as client:
+    with DRPCClient(server.host, server.port, token=server.token) as client:
         topology = TridentTopology()
         counts = (
             topology.new_stream("trident-words", spout)
@@ -112,23 +112,22 @@ def trident_word_count(
             .project(["word", "count"])
         )
         started = time.perf_counter()
-        run = cluster.submit_topology("trident", conf, topology.build())
-        while sum(tuples for _, tuples, _ in list(run.commits)) < len(sentences):
-            if cluster.failures:
-                raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
-            time.sleep(0.005)
-        seconds = time.perf_counter() - started
-        if factory is None and dict(json.loads(client.execute("all", ""))) != exact:
-            raise RuntimeError("the Trident word count is not exact")
-        latencies, vocabulary = [], sorted(exact)
-        rng = random.Random(7)
-        for _ in range(requests):
-            asked = rng.sample(vocabulary, 4)
-            begun = time.perf_counter()
-            answer = client.execute("words", " ".join(asked))
-            latencies.append((time.perf_counter() - begun) * 1000)
-            if dict(json.loads(answer)) != {w: exact[w] for w in asked}:
-                raise RuntimeError(f"DRPC answered {answer} for {asked}")
+        with Submitted(conf, topology.build()) as run:
+            while sum(tuples for _, tuples, _ in list(run.commits)) < len(sentences):
+                Submitted.check()
+                time.sleep(0.005)
+            seconds = time.perf_counter() - started
+            if factory is None and dict(json.loads(client.execute("all", ""))) != exact:
+                raise RuntimeError("the Trident word count is not exact")
+            latencies, vocabulary = [], sorted(exact)
+            rng = random.Random(7)
+            for _ in range(requests):
+                asked = rng.sample(vocabulary, 4)
+                begun = time.perf_counter()
+                answer = client.execute("words", " ".join(asked))
+                latencies.append((time.perf_counter() - begun) * 1000)
+                if dict(json.loads(answer)) != {w: exact[w] for w in asked}:
+                    raise RuntimeError(f"DRPC answered {answer} for {asked}")
     return seconds, latencies
 
 
@@ -198,9 +197,10 @@ def main() -> None:
     acked, memory, opaque_redis, structured, structured_jvm = [], [], [], [], []
     latencies: list[float] = []
     try:
-        with DRPCServer(port=0) as server:
+        with LocalCluster() as cluster, DRPCServer(port=0) as server:
+            Submitted.cluster = cluster  # every topology of the benchmark, one after another
             for round_ in range(args.rounds):  # interleaved: a slow minute of the host falls on all of them
-                acked.append(squall_throughput(sentences, {}, shuffled_sink=True)[0])
+                acked.append(squall_throughput(sentences, {})[0])
                 seconds, asked = trident_word_count(sentences, server, requests=args.requests if round_ == 0 else 0)
                 memory.append(seconds)
                 latencies += asked

@@ -1,35 +1,41 @@
 """Word count throughput and latency: squall against plain PySpark on the same data, in one run.
 
-Sentences of 8 words from a 10,000-word vocabulary. squall runs
+Sentences of 8 words from a 10,000-word vocabulary. squall runs the topology as users write it:
 
-    sentences (spout, on a worker) --shuffle--> split (2) --fields(word)--> count (2) --local_or_shuffle--> sink (2)
+    sentences (one a next_tuple) --shuffle--> split (2) --fields(word)--> count (2) --shuffle--> sink (2)
 
-where count emits ``(word, count)`` anchored to its input and acks it, and the
-sink acks. Against it, two plain PySpark jobs over the same sentences on the
-same SparkContext: one with ``reduceByKey`` (combining words before the
-shuffle) and one that carries every word through a ``partitionBy`` shuffle to a
-counting ``mapPartitions``, which moves the data squall moves. Figures are
-ratios within this run. Prints one ``name=value`` per line.
+where count emits ``(word, count)`` anchored to its input and acks it, and the sink acks. Every run is one more
+topology submitted to the same ``LocalCluster``, one after another, as a notebook user does, and killed once its
+last sentence is acked. Against it, two plain PySpark jobs over the same sentences on the same SparkContext: one
+with ``reduceByKey`` (combining words before the shuffle) and one that carries every word through a
+``partitionBy`` shuffle to a counting ``mapPartitions``, which moves the data squall moves. Figures are ratios
+within this run. Prints one ``name=value`` per line.
 
-It also prints where the CPU goes in one acked run: the driver's own process,
-less the benchmark's own threads (the /proc sampler and the loop that waits for the last ack)
-(``driver_cpu_us_per_word``) against the run's Python workers, read from
-``/proc`` (``workers_cpu_us_per_word``); their ratio, ``driver_bound_worker_cores``,
-is how many worker cores one driver can keep busy. And the throughput with
-the count bolt's dict holding a 1,000,000-word vocabulary against a
-1,000-word one (``squall_vocabulary_1m_vs_1k_throughput``).
+The figures a user's topology is judged by:
+
+- ``squall_acked_vs_pyspark_carrying_throughput`` and ``squall_unacked_vs_pyspark_carrying_throughput``: words a
+  second, each squall run at its best of three, over plain PySpark carrying every word at its best of two;
+- ``squall_acking_on_vs_off_time_ratio``: three pairs of runs, acking on then off, the median pair's ratio;
+- ``squall_half_capacity_complete_latency_p50_ms`` and ``_p99_ms``: the spout paced at half the acked throughput
+  for ``--latency-secs`` (30 s), the latency from each sentence's emit to its ``ack`` as the spout sees it;
+- ``squall_idle_round_trip_p50_ms``: one sentence every 0.3 s through the otherwise idle topology.
+
+``squall_acked_local_or_shuffle_sink_words_per_second`` is the same topology with the sink on
+``local_or_shuffle``, where the counts stay in their worker: a second line, not the figure.
+
+It also prints where the CPU goes in one acked run: the driver's own process, less the benchmark's own threads
+(the /proc sampler and the loop that waits for the last ack) (``driver_cpu_us_per_word``) against the run's
+Python workers, read from ``/proc`` (``workers_cpu_us_per_word``); their ratio, ``driver_bound_worker_cores``,
+is how many worker cores one driver can keep busy. And the throughput with the count bolt's dict holding a
+1,000,000-word vocabulary against a 1,000-word one (``squall_vocabulary_1m_vs_1k_throughput``).
 
 The exactly-once word count runs twice against the acked one: split emitting ``[word]`` in the transactional
 spout's default batches, and in the transactional page's style, the ``TransactionAttempt`` as the first field of
 every tuple (``[attempt, word]``) in batches of 5,000 sentences a partition, each committing to SQLite in txid
 order (``exactly_once_attempt_first_vs_acked_throughput``).
 
-The complete latency is measured with the spout paced at half the default configuration's acked throughput
-for ``--latency-secs`` (30 s).
-
-Encryption's cost is measured on the topology as users write it, with the sink on a shuffle grouping so that
-every tuple after the spout crosses a link: three pairs of acked runs, ``squall.links.encrypt`` on then off,
-and the median pair's throughput ratio (``squall_encrypted_vs_plain_throughput``).
+Encryption's cost: three pairs of acked runs, ``squall.links.encrypt`` on then off, and the median pair's
+throughput ratio (``squall_encrypted_vs_plain_throughput``).
 
     python benchmarks/word_count.py [--words 2000000] [--master local[2]] [--tuned 1000,5000,20000]
     python benchmarks/word_count.py --only acking|vocabulary|exactly-once|latency|encryption
@@ -228,20 +234,44 @@ class Sink(BasicBolt):
         pass
 
 
-def topology(spout: Sentences, count: Bolt | None = None, shuffled_sink: bool = False):
+def topology(spout: Sentences, count: Bolt | None = None, local_sink: bool = False):
     b = TopologyBuilder()
     b.set_spout("sentences", spout)
     b.set_bolt("split", Split(), 2).shuffle_grouping("sentences")
     b.set_bolt("count", count or Count(), 2).fields_grouping("split", ["word"])
-    if shuffled_sink:  # as users write it: the counts cross a link
+    if local_sink:  # the second line only: the counts stay in their worker
+        b.set_bolt("sink", Sink(), 2).local_or_shuffle_grouping("count")
+    else:  # as users write it: half the counts cross a link
         b.set_bolt("sink", Sink(), 2).shuffle_grouping("count")
-    else:
-        b.set_bolt("sink", Sink(), 2).local_or_shuffle_grouping("count")  # stays in the worker
     return b.build()
 
 
+class Submitted:
+    """Every topology of the benchmark goes to one ``LocalCluster`` (``CLUSTER``), one after another, each under
+    a name of its own, and is killed when its figures are taken."""
+
+    cluster: LocalCluster | None = None
+    count = 0
+
+    def __init__(self, conf: dict, built) -> None:
+        Submitted.count += 1
+        self.name = f"bench-{Submitted.count}"
+        self.run = self.cluster.submit_topology(self.name, conf, built)
+
+    def __enter__(self):
+        return self.run
+
+    def __exit__(self, *exc: object) -> None:
+        self.cluster.kill_topology(self.name)
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.cluster.failures:
+            raise RuntimeError(f"a benchmark topology failed: {cls.cluster.failures}")
+
+
 def squall_throughput(
-    sentences: list[str], conf: dict, cpu: dict | None = None, count: Bolt | None = None, shuffled_sink: bool = False
+    sentences: list[str], conf: dict, cpu: dict | None = None, count: Bolt | None = None, local_sink: bool = False
 ) -> tuple[float, int]:
     """Seconds from submitting to every sentence processed (all acked when acking is on), and waves run. The
     spout runs on a worker, as ``LocalCluster`` puts it; its acks are read from the run's stats. With ``cpu``,
@@ -249,16 +279,15 @@ def squall_throughput(
     spout = Sentences(sentences)
     words = len(sentences) * WORDS_PER_SENTENCE
     acking = conf.get("topology.acker.executors") != 0
-    with LocalCluster() as cluster:
-        driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
-        started = time.perf_counter()
-        run = cluster.submit_topology("bench", conf, topology(spout, count, shuffled_sink))
+    built = topology(spout, count, local_sink)
+    driver, workers = time.process_time(), WorkersCpu() if cpu is not None else None
+    started = time.perf_counter()
+    with Submitted(conf, built) as run:
         waiting = time.thread_time()  # this thread's polling below is the benchmark's, not the driver's
         while (run.stats.of("sentences").acked if acking else run.stats.of("sink").executed) < (
             len(sentences) if acking else words
         ):
-            if cluster.failures:
-                raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
+            Submitted.check()
             time.sleep(0.01)
         seconds = time.perf_counter() - started
         waiting = time.thread_time() - waiting
@@ -274,11 +303,11 @@ def squall_throughput(
 def squall_latency(sentences: list[str], rate: float, conf: dict) -> tuple[float, float]:
     """Complete latency p50 and p99 (ms) as the spout sees it, at ``rate`` sentences per second, real time."""
     spout = Sentences(sentences, rate=rate)
-    with LocalCluster() as cluster:
-        run = cluster.submit_topology("latency", conf, topology(spout))
+    with Submitted(conf, topology(spout)) as run:
         deadline = time.monotonic() + len(sentences) / rate * 3 + 120
         stats = run.stats.of("sentences")
         while stats.acked < len(sentences) and time.monotonic() < deadline:
+            Submitted.check()
             time.sleep(0.01)
         return stats.latency_percentile(50), stats.latency_percentile(99)
 
@@ -392,12 +421,10 @@ def exactly_once(sentences: list[str], per_partition: int | None, attempt_first:
             "topology.max.spout.pending": 4,
             "squall.transactional.store": os.path.join(work, "coordinator.sqlite"),
         }
-        with LocalCluster() as cluster:
-            started = time.perf_counter()
-            run = cluster.submit_topology("exactly-once", conf, builder.build())
+        started = time.perf_counter()
+        with Submitted(conf, builder.build()) as run:
             while sum(tuples for _, tuples, _ in list(run.commits)) < len(sentences):
-                if cluster.failures:
-                    raise RuntimeError(f"the benchmark topology failed: {cluster.failures}")
+                Submitted.check()
                 time.sleep(0.005)
             seconds = time.perf_counter() - started
         counted = {
@@ -485,36 +512,42 @@ def main() -> None:
     words = len(sentences) * WORDS_PER_SENTENCE
     print(f"words={words}")
     print(f"sentences={len(sentences)}")
-    pyspark_combining(sc, sentences[:1000])  # warm up the Python workers
-    squall_throughput(sentences, {})  # and squall's code in them, and the JVM: a whole run, not counted
+    with LocalCluster() as cluster:
+        Submitted.cluster = cluster
+        pyspark_combining(sc, sentences[:1000])  # warm up the Python workers
+        squall_throughput(sentences, {})  # and squall's code in them, and the JVM: a whole run, not counted
+        figures(sc, args, sentences, words)
+    sc.stop()
+
+
+def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> None:
     if args.only == "vocabulary":
         vocabulary(sc, args.words, words)
-        sc.stop()
         return
     if args.only == "exactly-once":
         exactly_once_figures(sentences, words, args.per_partition)
-        sc.stop()
         return
     if args.only == "encryption":
         encryption_figures(sentences, words)
-        sc.stop()
         return
     if args.only == "latency":  # capacity from two acked runs, then three latency runs at half of it
         default_secs = min(squall_throughput(sentences, {})[0] for _ in range(2))
         for _ in range(3):
             latency_figures(sentences, default_secs, args.latency_secs)
-        sc.stop()
+        print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.1f}")
         return
     if args.only == "acking":
         acking_figures(sentences, words)
-        sc.stop()
         return
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
     carrying = min(pyspark_carrying(sc, sentences) for _ in range(2))
     print(f"pyspark_combining_words_per_second={words / combining:.0f}")
     print(f"pyspark_carrying_words_per_second={words / carrying:.0f}")
-    default_secs = acking_figures(sentences, words)
-    print(f"squall_acked_default_time_vs_pyspark_carrying={default_secs / carrying:.3f}")
+    default_secs, unacked_secs = acking_figures(sentences, words)
+    print(f"squall_acked_vs_pyspark_carrying_throughput={carrying / default_secs:.3f}")
+    print(f"squall_unacked_vs_pyspark_carrying_throughput={carrying / unacked_secs:.3f}")
+    local_secs = min(squall_throughput(sentences, {}, local_sink=True)[0] for _ in range(2))
+    print(f"squall_acked_local_or_shuffle_sink_words_per_second={words / local_secs:.0f}")
 
     best = default_secs
     for batch in (int(b) for b in args.tuned.split(",") if b):
@@ -538,14 +571,13 @@ def main() -> None:
     encryption_figures(sentences, words)
 
     latency_figures(sentences, default_secs, args.latency_secs)
-    print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.0f}")
-    sc.stop()
+    print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.1f}")
 
 
-def acking_figures(sentences: list[str], words: int) -> float:
+def acking_figures(sentences: list[str], words: int) -> tuple[float, float]:
     """Three pairs of runs, acking on then off, back to back. Throughput is the best run of each; the acking
     ratio is the median of the three pairs' ratios, so that one run the machine slowed or sped does not decide
-    it. Returns the best acked run's seconds."""
+    it. Returns the best acked and the best unacked run's seconds."""
     runs = [
         (squall_throughput(sentences, {}), squall_throughput(sentences, {"topology.acker.executors": 0}))
         for _ in range(3)
@@ -558,22 +590,19 @@ def acking_figures(sentences: list[str], words: int) -> float:
     print(f"squall_unacked_default_words_per_second={words / unacked_secs:.0f}")
     print(f"squall_acking_on_vs_off_pair_ratios={','.join(f'{r:.3f}' for r in pair_ratios)}")
     print(f"squall_acking_on_vs_off_time_ratio={pair_ratios[1]:.3f}")
-    return default_secs
+    return default_secs, unacked_secs
 
 
 def encryption_figures(sentences: list[str], words: int) -> None:
-    """Acked throughput with the links encrypted (AES-256-GCM) against plain, the sink on a shuffle grouping:
-    three pairs back to back, the median pair's ratio."""
+    """Acked throughput with the links encrypted (AES-256-GCM) against plain: three pairs back to back, the
+    median pair's ratio."""
     pairs = [
-        tuple(
-            squall_throughput(sentences, {"squall.links.encrypt": encrypt}, shuffled_sink=True)[0]
-            for encrypt in (True, False)
-        )
+        tuple(squall_throughput(sentences, {"squall.links.encrypt": encrypt})[0] for encrypt in (True, False))
         for _ in range(3)
     ]
     ratios = sorted(plain / encrypted for encrypted, plain in pairs)
-    print(f"squall_acked_shuffled_sink_encrypted_words_per_second={words / min(e for e, _ in pairs):.0f}")
-    print(f"squall_acked_shuffled_sink_plain_words_per_second={words / min(p for _, p in pairs):.0f}")
+    print(f"squall_acked_encrypted_words_per_second={words / min(e for e, _ in pairs):.0f}")
+    print(f"squall_acked_plain_words_per_second={words / min(p for _, p in pairs):.0f}")
     print(f"squall_encrypted_vs_plain_pair_ratios={','.join(f'{r:.3f}' for r in ratios)}")
     print(f"squall_encrypted_vs_plain_throughput={ratios[1]:.3f}")
 
@@ -585,8 +614,9 @@ def latency_figures(sentences: list[str], default_secs: float, seconds: float) -
     paced = make_sentences(max(1, int(rate * seconds)) * WORDS_PER_SENTENCE, seed=11)
     p50, p99 = squall_latency(paced, rate, {})
     print(f"squall_half_capacity_sentences_per_second={rate:.0f}")
-    print(f"squall_half_capacity_complete_latency_p50_ms={p50:.0f}")
-    print(f"squall_half_capacity_complete_latency_p99_ms={p99:.0f}")
+    print(f"squall_half_capacity_seconds={len(paced) / rate:.0f}")
+    print(f"squall_half_capacity_complete_latency_p50_ms={p50:.1f}")
+    print(f"squall_half_capacity_complete_latency_p99_ms={p99:.1f}")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ from squall.connectors import QueueSpout, ReliableQueue
 
 
 def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
-    """A bolt kills its Python worker (os._exit); Spark retries the task from the last snapshot, the waves
-    completed since run again from the spout task's log, and the trees in flight fail back to the spout, whose
-    source redelivers them: each message is acked once, and no word is counted twice."""
+    """A bolt kills its Python worker (os._exit); Spark retries the task from the last snapshot, and every wave
+    sent since runs again from the spout task's log, the one in flight too. Its trees, some acked before the loss,
+    the rest completed by the run again, never fail: each message is acked once, and no word is counted twice."""
     marker = tmp_path / "crashed"
     feeder = RequeueingFeeder(["word"])
     b = TopologyBuilder()
@@ -32,7 +32,7 @@ def test_a_python_worker_that_dies_mid_wave_loses_nothing(cluster, tmp_path):
 
     acks = Counter(m for kind, m in feeder.calls if kind == "ack")
     assert len(acks) == 3 * len(words) + 1 and set(acks.values()) == {1}  # each acked exactly once
-    assert feeder.failed <= set(sent) and feeder.failed  # the trees in flight failed back, and were redelivered
+    assert set(sent) <= set(acks) and feeder.failed == set()  # the trees in flight were completed by the run again
     counted = {}
     for word, n in run.captured["count"]:
         counted[word] = max(counted.get(word, 0), n)

@@ -132,20 +132,21 @@ def test_roots_alternate_over_the_acker_tasks_here_and_a_root_from_elsewhere_is_
     assert trees.get(roots[0] + 1) is None  # acker 1 is not here
 
 
-def test_a_restart_fails_the_trees_of_the_dropped_waves_and_keeps_the_earlier_ones():
-    """The workers restart as of wave 2: the trees whose spout tuples went out in wave 3 fail back; those of
-    waves 1 and 2 stay pending, and their acks still complete them."""
+def test_acks_withdrawn_after_a_loss_leave_the_trees_pending_for_the_run_again_and_spare_the_settled_ones():
+    """Wave 3 was in flight at a worker loss: one bolt task's acks of it had been applied, acking tree 0 and
+    halfway through tree 1. Withdrawn, they leave tree 0 acked and tree 1 waiting, with nothing of a settled or
+    unknown root left behind; the run again's acks (both tasks') then complete tree 1."""
     trees = PendingTrees(num_ackers=2)
-    roots, edges = {}, {}
-    for wave in (1, 2, 3):
-        trees.wave = wave
-        roots[wave] = [trees.start(0, (wave, i), 0.0) for i in range(3)]
-        edges[wave] = trees.new_edges(3)
-        trees.merge_inits(np.array(roots[wave], dtype=np.uint64), edges[wave])
-    settlement = trees.fail_emitted_after(2)
-    assert sorted(settlement.msg_ids) == [(3, 0), (3, 1), (3, 2)] and set(settlement.how.tolist()) == {FAILED}
-    assert len(trees) == 6
-    kept = np.array(roots[1] + roots[2], np.uint64)
-    later = trees.merge_acks(AckBatch.reduce(kept, np.concatenate([edges[1], edges[2]])))
-    assert sorted(later.where(ACKED).msg_ids) == [(w, i) for w in (1, 2) for i in range(3)] and len(trees) == 0
-    assert not len(trees.merge_acks(AckBatch.reduce(np.array(roots[3], np.uint64), edges[3])))  # settled already
+    trees.wave = 3
+    roots = [trees.start(0, i, 0.0) for i in range(2)]
+    first, second, child = trees.new_edges(2), trees.new_edges(2), trees.new_edges(1)
+    trees.merge_inits(np.array(roots, np.uint64), first)
+    # Task A acks both spout tuples; tree 0 is done, tree 1 gets a child edge, which task B acks.
+    task_a = AckBatch.reduce(np.array([roots[0], roots[1], roots[1]], np.uint64), np.r_[first, child])
+    assert trees.merge_acks(task_a).where(ACKED).msg_ids == [0]
+    assert not len(trees.withdraw_acks(task_a)) and len(trees) == 1
+    stray = AckBatch.reduce(np.array([roots[0] + 2], np.uint64), second[:1])  # a root no acker here has
+    assert not len(trees.withdraw_acks(stray)) and len(trees) == 1
+    task_b = AckBatch.reduce(np.array([roots[1]], np.uint64), child)
+    assert not len(trees.merge_acks(task_b))  # half of the run again
+    assert trees.merge_acks(task_a).where(ACKED).msg_ids == [1] and len(trees) == 0

@@ -1,17 +1,25 @@
-"""When a worker's acker tasks may apply a wave's acks: a pure state machine, events in and instructions out.
+"""When a worker's acker tasks apply the acks the bolt tasks send them: a pure state machine, events in and
+instructions out.
 
-The bolt tasks send each wave's acks to the worker of each root's acker task, one ``AcksArrived`` per bolt task
-and wave, even when empty. The rules, which keep an ack from ever being applied before the state it depends on
-is kept:
+Each bolt task sends, at the end of each wave, its acks of that wave to the worker of each root's acker task: one
+``AcksArrived`` per bolt task and wave, even when empty, XOR-folded per root with the edges of what the task
+emitted, as Storm's ack values carry their children's edges. XOR does not care for order, so the acks of any
+task and wave may be applied in any order, as Storm's acker applies its messages as they come. The rules:
 
-* a wave's acks are applied in wave order, once the driver has said the wave completed (``WaveCommitted``) and
-  every bolt task's acks of it have arrived;
-* the acks of a stateful task (``held``) wait, in wave order, until a checkpoint holds that task's state as of
-  their wave (``CheckpointReleased``), and until their wave's other acks are applied;
-* acks of a wave already applied belong to a replay of it, and are dropped.
+* a plain task's acks are applied as soon as they arrive;
+* a stateful task's (``held``) wait until a checkpoint holds that task's state as of their wave
+  (``CheckpointReleased``), as Storm holds a stateful bolt's acks until its state commits;
+* after a worker loss every wave since the last complete snapshot runs again, with its acks
+  (``squall/spark/recovery.py``), so a tree acked here before the loss is never lost from the bolt tasks' state.
+  The acks of a task and wave are applied once: of a wave that had completed (every task reported it), those that
+  arrived the first time stay and their second coming is dropped; of a wave that was still in flight, those applied
+  are taken back out of the trees still pending (``WithdrawAcks``) and the run again's are applied instead, so each
+  such tree is completed by one run's acks, whichever tasks the run sent its tuples to;
+* waves up to the last complete snapshot never run again, so what arrived of them is forgotten
+  (``WaveCommitted.snapshot``), and acks applied are kept only until their wave completes.
 
-``AckGate.handle`` takes one event and returns the ``ApplyAcks`` instructions it makes due, in the order they
-are to be applied. The acks themselves are opaque here: the worker combines and merges them
+``AckGate.handle`` takes one event and returns the ``ApplyAcks`` instructions it makes due, in the order they are
+to be applied. The acks themselves are opaque here: the worker combines and merges them
 (``squall/spark/worker_spouts.py``).
 """
 
@@ -24,18 +32,21 @@ from typing import Any
 
 @dataclass(frozen=True)
 class AcksArrived:
-    """One bolt task's acks of ``wave`` for the acker tasks here; ``held`` for a stateful task's."""
+    """Bolt task ``task``'s acks of ``wave`` for the acker tasks here; ``held`` for a stateful task's."""
 
     wave: int
+    task: int
     acks: Any
     held: bool = False
 
 
 @dataclass(frozen=True)
 class WaveCommitted:
-    """The driver says ``wave`` completed (and so every wave before it)."""
+    """The driver says every task reported ``wave`` (and every wave before it); ``snapshot`` is the last complete
+    snapshot, whose waves and those before never run again."""
 
     wave: int
+    snapshot: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,67 +68,108 @@ class ApplyAcks:
     held: bool = False
 
 
-class AckGate:
-    """The ack rules of one worker's acker tasks for one generation of the run.
+@dataclass(frozen=True)
+class WithdrawAcks:
+    """Instruction: XOR ``acks`` (of ``wave``, applied before a worker loss) back out of the trees still pending;
+    the wave runs again and its acks come again."""
 
-    ``expected`` is how many bolt tasks send each wave's acks; the waves up to ``applied`` had theirs applied
-    before this generation began, and any acks still coming for them are dropped. A gate that follows another
-    (``restarted``) keeps the held acks of the waves up to ``applied`` that the other had, and what it released.
+    wave: int
+    acks: tuple[Any, ...]
+
+
+class AckGate:
+    """The ack rules of one worker's acker tasks, across the generations of the run.
+
+    ``expected`` is how many bolt tasks send each wave's acks. A gate made for acker tasks new to this worker
+    (``start``: the last wave sent before they came) drops the acks of every wave up to it: the trees they were
+    for went with the acker tasks' old instances.
     """
 
-    def __init__(self, expected: int, applied: int = 0) -> None:
+    def __init__(self, expected: int, start: int = 0) -> None:
         self.expected = expected
-        self.committed = self.applied = self.released = applied
-        self._arrived: dict[int, list[AcksArrived]] = defaultdict(list)  # waves after ``applied``
-        self._held: list[ApplyAcks] = []  # applied waves' held acks, oldest first, until released
+        self.start = start
+        self.committed = self.snapshot = self.released = start
+        self._arrived: dict[int, set[int]] = defaultdict(set)  # wave -> the tasks whose acks of it came
+        self._complete = start  # every wave up to it has had every task's acks
+        self._held: list[ApplyAcks] = []  # stateful tasks' acks, until a checkpoint releases them
+        self._kept: dict[int, list[Any]] = defaultdict(list)  # wave not yet committed -> the plain acks applied
 
-    def restarted(self, expected: int, applied: int) -> tuple[AckGate, list[ApplyAcks]]:
-        """The gate of the next generation, whose waves up to ``applied`` completed (their acks arrived here are
-        applied, as the instructions returned say); those after it run again. The held acks of the waves up to
-        ``applied`` stay held in the new gate, until a checkpoint releases them."""
-        due = self.handle(WaveCommitted(applied))
-        gate = AckGate(expected, applied)
-        gate.released = min(self.released, applied)
-        gate._held = [held for held in self._held if held.wave <= applied]
-        return gate, due
+    def restarted(self, expected: int, applied: int) -> list[WithdrawAcks]:
+        """The workers start again as of the last complete snapshot, and every wave since it runs again; those up
+        to ``applied`` had completed. The acks applied of the waves after it are withdrawn (as the instructions
+        returned say), and those held are dropped: the run again brings them all."""
+        self.expected = expected
+        withdrawn = [WithdrawAcks(w, tuple(self._kept.pop(w))) for w in sorted(self._kept) if w > applied]
+        self._kept.clear()  # the rest are of waves that completed
+        for wave in [w for w in self._arrived if w > applied]:
+            del self._arrived[wave]
+        self._complete = min(self._complete, max(applied, self.start))
+        self._held = [held for held in self._held if held.wave <= applied]
+        return withdrawn
 
     @property
     def held(self) -> list[ApplyAcks]:
-        """The held acks waiting for a checkpoint, oldest first."""
+        """The held acks waiting for a checkpoint, in the order they arrived."""
         return list(self._held)
 
     def handle(self, event: AckEvent) -> list[ApplyAcks]:
         if isinstance(event, AcksArrived):
-            if event.wave <= self.applied:  # a replayed wave's: its acks are in already
-                return []
-            self._arrived[event.wave].append(event)
-        elif isinstance(event, WaveCommitted):
+            return self._arrived_acks(event)
+        if isinstance(event, WaveCommitted):
             self.committed = max(self.committed, event.wave)
-        elif isinstance(event, CheckpointReleased):
+            for wave in [w for w in self._kept if w <= self.committed]:
+                del self._kept[wave]
+            self._forget_up_to(event.snapshot)
+            return []
+        if isinstance(event, CheckpointReleased):
             self.released = max(self.released, event.wave)
-        else:
-            raise TypeError(f"AckGate: unexpected event {event!r}")
-        return self._due()
+            return self._released()
+        raise TypeError(f"AckGate: unexpected event {event!r}")
 
-    def _due(self) -> list[ApplyAcks]:
-        due: list[ApplyAcks] = []
-        while self.applied < self.committed and len(self._arrived.get(self.applied + 1, ())) >= self.expected:
-            self.applied += 1
-            arrived = self._arrived.pop(self.applied)
-            due.append(ApplyAcks(self.applied, tuple(a.acks for a in arrived if not a.held)))
-            held = tuple(a.acks for a in arrived if a.held)
-            if held:
-                self._held.append(ApplyAcks(self.applied, held, held=True))
-        while self._held and self._held[0].wave <= min(self.released, self.applied):
-            due.append(self._held.pop(0))
+    def _arrived_acks(self, event: AcksArrived) -> list[ApplyAcks]:
+        if event.wave <= self.start:  # a replay's, for trees this gate never had
+            return []
+        if event.wave > min(self._complete, self.snapshot):  # the wave may run again: each task's acks once
+            tasks = self._arrived[event.wave]
+            if event.task in tasks:  # the wave ran again: this task's acks of it are in already
+                return []
+            tasks.add(event.task)
+            before = self._complete
+            while len(self._arrived.get(self._complete + 1, ())) >= self.expected:
+                self._complete += 1
+            if before < self.snapshot:  # late acks of a wave the last snapshot holds: it may be forgotten now
+                self._forget()
+        instruction = ApplyAcks(event.wave, (event.acks,), event.held)
+        if not event.held:
+            if event.wave > self.committed:
+                self._kept[event.wave].append(event.acks)
+            return [instruction]
+        self._held.append(instruction)
+        return self._released()
+
+    def _released(self) -> list[ApplyAcks]:
+        due = [held for held in self._held if held.wave <= self.released]
+        if due:
+            self._held = [held for held in self._held if held.wave > self.released]
         return due
+
+    def _forget_up_to(self, snapshot: int) -> None:
+        if snapshot > self.snapshot:
+            self.snapshot = snapshot
+            self._forget()
+
+    def _forget(self) -> None:
+        """A wave whose acks have all come, up to the last complete snapshot, never runs again: its record goes."""
+        for wave in [w for w in self._arrived if w <= min(self._complete, self.snapshot)]:
+            del self._arrived[wave]
 
     @property
     def behind(self) -> bool:
-        """A committed wave's acks have not all arrived yet: they will be applied when they do."""
-        return self.applied < self.committed
+        """A wave the driver said completed has not had every task's acks here yet: they will be applied when
+        they come."""
+        return self._complete < self.committed
 
     @property
     def waiting(self) -> int:
-        """Acks that arrived and are not applied yet (held ones included)."""
-        return sum(len(a) for a in self._arrived.values()) + sum(len(h.acks) for h in self._held)
+        """Acks that arrived and are not applied yet: stateful tasks' held for a checkpoint."""
+        return len(self._held)

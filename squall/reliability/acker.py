@@ -6,6 +6,8 @@ settled as one ``Settlement``:
 * ``Init``: trees started: each root, the XOR of the edges of its spout tuple's copies, and its spout task;
 * ``Acks``: the ack, fail and ``reset_timeout`` messages of one wave, folded per root into an ``AckBatch``
   (values XORed, flags ORed; ``acks.py``);
+* ``Withdraw``: acks merged before, taken back after a worker loss (their wave runs again): XORed out of the
+  roots still pending;
 * ``Rotate``: a timeout period passed.
 
 A root whose value reaches 0 is acked; one with a fail is failed (completion is checked first, as in Storm);
@@ -119,11 +121,19 @@ class Acks:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Acks merged before, taken back: their values XORed out of the roots still pending (a root settled meanwhile,
+    or never seen, is left alone). The messages they came in will come again."""
+
+    batch: AckBatch
+
+
+@dataclass(frozen=True, slots=True)
 class Rotate:
     """A timeout period passed."""
 
 
-AckerEvent = Init | Acks | Rotate
+AckerEvent = Init | Acks | Withdraw | Rotate
 
 
 @dataclass(frozen=True)
@@ -225,6 +235,8 @@ class Acker:
             settled = self._merge(batch.roots, batch.xors, None, batch.failed, batch.reset)
         elif isinstance(event, Init):
             settled = self._merge(event.roots, event.values, init_tasks=event.spout_tasks)
+        elif isinstance(event, Withdraw):
+            settled = self._merge(event.batch.roots, event.batch.xors, known_only=True)
         elif isinstance(event, Rotate):
             settled = self._rotate()
         else:
@@ -264,10 +276,10 @@ class Acker:
         return np.sort(np.concatenate([r.live().keys for r in (self._main, self._delta)]))
 
     # -- merging messages ----------------------------------------------------
-    def _merge(self, roots, xors, init_tasks=None, failed=None, reset=None) -> Settlement:
+    def _merge(self, roots, xors, init_tasks=None, failed=None, reset=None, known_only=False) -> Settlement:
         """Merge rows reduced to one per root: ``xors`` the XOR of the root's init and ack values here,
         ``init_tasks`` its spout task where this holds its init (else -1), ``failed`` a fail was seen, ``reset`` a
-        ``reset_timeout`` was seen."""
+        ``reset_timeout`` was seen; ``known_only``: roots not pending here are left out."""
         roots = np.asarray(roots, dtype=np.uint64)
         n = len(roots)
         xors = np.asarray(xors, dtype=np.uint64)
@@ -299,7 +311,8 @@ class Acker:
             missing[rows] = False
             self._update(run, pos, rows, roots, xors, tasks, state, resets, settled)
 
-        self._insert(roots[missing], xors[missing], tasks[missing], state[missing], settled)
+        if not known_only:
+            self._insert(roots[missing], xors[missing], tasks[missing], state[missing], settled)
         self._maybe_compact()
         return Settlement.concat(settled)
 

@@ -278,7 +278,7 @@ class TopologyRun:
         # way to be applied (spouts held back by topology.max.spout.pending wait for acks). A step in which no
         # wave completed learned nothing: the waves go on pipelined.
         moved = bool(emits or ticks or self._settled_seen != settled_before or self._acks_due)
-        if moved or not completed:
+        if moved or not completed or self._waiting_for_workers():  # a wave run again after a loss calls no spout
             self._quiet = False
             return WaveInfo(emits, emits + ticks, completed, confirming=not moved)
         self.scheduler.flush_commit()  # the caller may pause: the acks of the waves just completed apply meanwhile

@@ -6,10 +6,10 @@ Every message is a named, slotted dataclass; nothing is read by position.
 * ``Assign``       driver -> worker: the tasks it hosts, where every task lives, and the state to start from.
 * ``WaveInput``    driver -> worker: a wave begins: its spout calls, timeouts and ticks due (``TicksDue``), and
                    the ``Commit`` of the last wave completed.
-* ``Commit``       driver -> worker: a wave completed; the ackers apply its acks.
+* ``Commit``       driver -> worker: a wave completed, and the last snapshot that did: spout logs up to it go.
 * ``Release``      driver -> worker: a stateful checkpoint completed; the acks it held are applied.
 * ``AckerInput``   bolt task -> acker's worker: one wave's acks for the acker tasks there (an ``AckBatch``:
-                   ``squall/reliability/acks.py``).
+                   ``squall/reliability/acks.py``), applied as they arrive.
 * ``SpoutReport``  worker -> driver: its spout tasks' counters for one wave.
 * ``Batch``        task -> task, worker to worker: a producer's tuples for one target task in one wave; ``last``
                    ends its part.
@@ -213,8 +213,9 @@ class WaveInput:
 @wire
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Driver -> every worker: wave ``wave`` completed; the acks its tasks sent the ackers may be applied.
-    ``snapshot``: the last complete snapshot, before which the spout logs are no longer needed."""
+    """Driver -> every worker: wave ``wave`` completed (every task reported it). ``snapshot``: the last complete
+    snapshot: the waves up to it never run again, so their spout logs and the acker tasks' record of their acks
+    go."""
 
     generation: int
     wave: int

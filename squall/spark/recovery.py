@@ -2,8 +2,9 @@
 
 The workers write each bolt task's state at snapshot waves (``snapshots.py``); the driver keeps, per task, the
 reference to the last one written (``Snapshot``), and which snapshot wave completed last. A generation of workers
-starts every task from the last complete snapshot and runs again, from the spout tasks' logs, the waves sent since
-it that had completed; the waves after those are dropped, and their trees fail back to the spouts.
+starts every task from the last complete snapshot and runs again, from the spout tasks' logs, every wave sent
+since it: the acker tasks apply acks as they come, so a tree of a wave still in flight at the loss may have been
+acked, and the tasks' state must hold what its tuples did.
 
 ``RecoveryPoint`` owns those references and the inputs of the waves sent since the last complete snapshot. The
 scheduler tells it what it sent and what completed, and asks it where a generation starts. Its one I/O is the
@@ -84,14 +85,11 @@ class RecoveryPoint:
         restored = self._restored.get(task)
         return Snapshot(0, restored) if restored is not None else None
 
-    def restart(self, applied: int) -> list[Any]:
-        """A new generation starts: what runs again (the completed waves since the last complete snapshot, in
-        order); the inputs of the waves after ``applied``, dropped, are let go, and so is a snapshot running."""
+    def restart(self) -> list[Any]:
+        """A new generation starts: what runs again (every wave sent since the last complete snapshot, in order);
+        a snapshot running is let go."""
         self.in_flight = None
-        replays = [self._inputs[w] for w in range(self.wave + 1, applied + 1)] if self.store is not None else []
-        for wave in [w for w in self._inputs if w > applied]:
-            del self._inputs[wave]
-        return replays
+        return [self._inputs[w] for w in sorted(self._inputs)] if self.store is not None else []
 
     def remove(self) -> None:
         """The run is over: its snapshots and spout logs are of no further use."""

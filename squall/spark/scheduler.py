@@ -12,9 +12,9 @@ When a worker is lost (its Python process or executor dies, Spark retries its
 task, or the whole job fails and is launched again), the workers start again
 under a new *generation*, and whatever an older one still had on the wire is
 dropped. Every task restarts from the last complete snapshot
-(``RecoveryPoint``, ``recovery.py``), the completed waves since it run again
-from the spout tasks' logs, and the waves in flight are dropped: their trees
-fail back to the spouts, whose sources replay them. Nothing of a wave is
+(``RecoveryPoint``, ``recovery.py``), and every wave sent since it runs again
+from the spout tasks' logs; the trees of the waves that were in flight fail
+back to the spouts, whose sources replay them. No task's acks of a wave are
 applied twice, and nothing acknowledged is lost.
 """
 
@@ -582,15 +582,17 @@ class WaveScheduler:
         self._lost_at = None
         if self.on_generation is not None:
             self.on_generation(self.generation)
-        # The waves since the last complete snapshot run again from the spouts' logs, their acks dropped; the
-        # waves in flight are not kept: their trees fail back to the spout tasks, which replay them.
+        # Every wave since the last complete snapshot runs again from the spouts' logs, the ones in flight too
+        # (their acks may have been applied); the trees of those in flight fail back to the spout tasks as well.
         self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
         self.book.handle(self._generation_started())
-        for replay in self.recovery.restart(self.applied):
+        self.next_wave = self.recovery.start(self.applied) + 1
+        for replay in self.recovery.restart():
             flight = replace(replay, sent_at=time.monotonic())
-            self.book.handle(WaveSent(flight.wave, flight, replay=True))
+            # One that had completed is silent: it was counted the first time. One that was in flight is not.
+            self.book.handle(WaveSent(flight.wave, flight, replay=flight.wave <= self.applied))
             self._send_wave(flight)
-        self.next_wave = self.applied + 1
+            self.next_wave = flight.wave + 1
 
     def _generation_started(self) -> GenerationStarted:
         return GenerationStarted(self.generation, frozenset(self.tasks), frozenset(self.spout_workers.values()))
@@ -626,8 +628,9 @@ class WaveScheduler:
     def _complete(self, completed: WaveCompleted) -> CompletedWave:
         flight = completed.flight
         self.applied = flight.wave
-        self.failures_in_a_row = 0
-        self.tasks_up = True
+        if not flight.replay:  # a wave run again from the logs calls no spout: it proves no task's setup
+            self.failures_in_a_row = 0
+            self.tasks_up = True
         inbox_peak = self.inbox_peaks.pop(flight.wave, 0)
         for earlier in [w for w in self.inbox_peaks if w < flight.wave]:  # of waves that ran again
             del self.inbox_peaks[earlier]

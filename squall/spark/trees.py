@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from squall.reliability.acker import FAILED, NOTHING, Acker, Acks, Init, Rotate, Settlement
+from squall.reliability.acker import FAILED, NOTHING, Acker, Acks, Init, Rotate, Settlement, Withdraw
 from squall.reliability.acks import AckBatch, acker_partition
 from squall.reliability.ids import IdGenerator
 
@@ -192,6 +192,16 @@ class PendingTrees:
         settled = [acker.handle(Acks(parts[task])) for task, acker in self.ackers.items() if len(parts[task])]
         return self._resolve(Settlement.concat(settled))
 
+    def withdraw_acks(self, acks: AckBatch) -> Settlement:
+        """Acks merged before a worker loss taken back out of the trees still pending: their wave runs again."""
+        parts = acks.by_partition(self.num_ackers) if len(self.ackers) > 1 else None
+        settled = []
+        for task, acker in self.ackers.items():
+            part = acks if parts is None else parts[task]
+            if len(part):
+                settled.append(acker.handle(Withdraw(part)))
+        return self._resolve(Settlement.concat(settled))
+
     def rotate(self) -> Settlement:
         """A timeout period passed: the trees pending for two periods since their last start or reset fail as
         timed out."""
@@ -205,19 +215,6 @@ class PendingTrees:
             roots = self._roots_of(page.first + offsets)
             settled.append(page.take(offsets, roots, np.full(len(offsets), FAILED, np.uint8)))
         return self._taken(Settlement.concat(settled))
-
-    def fail_emitted_after(self, wave: int) -> Settlement:
-        """The trees whose spout tuples went out after ``wave``, failed: the workers restart as of ``wave``, and
-        the waves after it, dropped, will not ack them. Earlier trees stay pending: the restarted tasks' state
-        still holds what their tuples did, and their acks still come (or they time out)."""
-        failing = [
-            self._roots_of(page.first + np.flatnonzero(page.alive)) for page in self._pages.values() if page.wave > wave
-        ]
-        if not failing:
-            return NOTHING
-        roots = np.concatenate(failing)
-        none = np.zeros(len(roots), np.uint64)
-        return self.merge_acks(AckBatch(roots, none, np.ones(len(roots), bool), np.zeros(len(roots), bool)))
 
     def take_acker_counts(self) -> dict[int, tuple[int, int]]:
         """Each acker task's acks merged and trees settled since the last call, where either moved."""

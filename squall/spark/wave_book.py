@@ -6,12 +6,11 @@ their reports come in. The rules:
 
 * a report of an older generation is dropped: its wave runs again under the new one;
 * a second report of the same wave from the same task (or spout worker) is a bug, and raises;
-* a wave sent again only to rebuild the tasks' state (``replay``) completes silently: it was applied, counted
-  and acked the first time;
-* when the ackers live on the workers, each completed wave makes its ``Commit`` due: the workers may apply its
-  acks (``CommitDue``; the scheduler sends the latest one with the next wave);
-* a new generation either keeps the waves in flight, which go out again with their reports forgotten, or drops
-  them (when the spouts run on the workers: their trees fail back to the spouts, which replay them).
+* a wave that had completed and is sent again only to rebuild the tasks' state (``replay``) completes silently:
+  it was counted the first time;
+* when the ackers live on the workers, each completed wave makes its ``Commit`` due (``CommitDue``; the scheduler
+  sends the latest one with the next wave), which tells the workers the last complete snapshot;
+* a new generation drops the waves in flight with their reports: the scheduler sends them again.
 
 ``WaveBook.handle`` takes one event and returns the instructions it makes due, in order. The waves themselves
 (what was sent) are opaque here; the scheduler (``scheduler.py``) does the sending and the bookkeeping of what

@@ -125,7 +125,6 @@ class Worker:
         self.store: SnapshotStore | None = None  # when spouts run on the workers: snapshots on an interval
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
         self.snapshot_horizon = self.checkpoint_horizon = 0  # waves of the last complete snapshot and checkpoint
-        self.replay_waves: set[int] = set()  # waves run again after a worker loss: acks dropped
         self.reports: dict[int, list[TaskReport | SpoutReport]] = defaultdict(list)  # wave -> reports made
         self.state_provider: Any = None  # where stateful tasks write their checkpoint parts, when spouts run here
         self._state_spec: Any = None
@@ -217,8 +216,6 @@ class Worker:
             self.checkpoints[message.wave] = message.checkpoint
         if message.snapshot:
             self.snapshot_waves.add(message.wave)
-        if message.replay:
-            self.replay_waves.add(message.wave)
         self._carry_out(self.gate.handle(WaveBegan(message.wave)))  # peers' batches that came before it
         for due in message.ticks:  # before the driver's marker that ends the task's input from it
             self._deliver(due.batch(self.generation, message.wave))
@@ -232,7 +229,7 @@ class Worker:
         previous = [hosted.task for hosted in self.tasks.values()]
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
-        self.snapshot_waves, self.replay_waves = set(), set()
+        self.snapshot_waves = set()
         self.reports = defaultdict(list)
         self.local.clear()
         self.generation, self.placement = message.generation, message.placement
@@ -409,7 +406,7 @@ class Worker:
         if task.state is not None and task.state.blobs is not None:
             task.state.blobs.end_wave(wave)
         acks = collector.take_acks()
-        if self.acker_workers and wave not in self.replay_waves:  # a replayed wave's acks were applied before
+        if self.acker_workers:  # a replayed wave's too: the acker tasks take each task's acks of a wave once
             self._send_acks(wave, task, acks)
         report = TaskReport(self.generation, wave, task.component, task.task, status, collector.captured, written, part)
         self._report(wave, report)
@@ -419,7 +416,6 @@ class Worker:
             del self.times[done]  # no task here still needs that wave's time
             self.checkpoints.pop(done, None)
             self.snapshot_waves.discard(done)
-            self.replay_waves.discard(done)
 
     def _interval_snapshot(self, task: BoltTask, wave: int, executed: int) -> Snapshot | None:
         """Snapshots on an interval: at the end of a snapshot wave, a task that executed anything since its last

@@ -17,16 +17,15 @@ Each wave, when its ``WaveInput`` arrives:
 
 A tree's root is drawn so that its acker task is on this worker: its init goes to its ``Acker`` here, and
 its settlement (``ack`` or ``fail`` on the spout task) never leaves the process. The bolt tasks send their acks
-(``AckerInput``, XOR-reduced per root) to the worker of each root's acker, one per wave even when empty. A wave's
-acks are applied once the driver says the wave completed (``Commit``) and every bolt task's have arrived; a
-stateful task's wait for the checkpoint that holds its state (``Release``). So nothing is acked before every
-task's state as of that wave is kept.
+(``AckerInput``, XOR-reduced per root) to the worker of each root's acker, one per wave even when empty. They
+are applied as they arrive, as Storm's acker applies its messages, so a tree is acked as soon as its last task
+has ended the wave that carried it; a stateful task's wait for the checkpoint that holds its state (``Release``).
 
-When the run starts again after a worker was lost, as of the last wave whose state was kept, the trees whose
-spout tuples went out in a later wave are failed back to their spout tasks, which replay them; the earlier
-ones stay pending, their acks still to come. A spout task whose worker was lost (and with it the acker tasks
-there, and their trees) is opened again, and its source redelivers what it had not acked: Storm's "acker task
-dies" case. Nothing acknowledged is lost.
+When the run starts again after a worker was lost, every task restarts from the last complete snapshot and every
+wave sent since it runs again from the spout tasks' logs, so the tasks' state holds every tree acked before the
+loss, and the trees still pending are completed by the acks of the run again (``AckGate``). A spout task whose
+worker was lost (and with it the acker tasks there, and their trees) is opened again, and its source redelivers
+what it had not acked: Storm's "acker task dies" case. Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -115,19 +114,17 @@ class WorkerSpouts:
             weights=weights,
         )
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
-        self.gate = AckGate(bolt_tasks, applied)  # when a wave's acks are applied (``squall/reliability``)
+        self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
 
     def restart(self, applied: int, bolt_tasks: int) -> None:
-        """A new generation: the workers' tasks restart as of wave ``applied``; the waves after it are dropped.
-        The completed waves' acks are applied (a stateful task's stay held until a checkpoint), and the trees
-        whose spout tuples went out in a dropped wave fail back to their spout tasks, whose sources replay them.
-        Earlier trees stay pending: the restarted tasks' state still holds what their tuples did."""
-        self.gate, due = self.gate.restarted(bolt_tasks, applied)
-        self._apply(due)
-        if self.trees is not None and len(self.trees):
-            failed = self.trees.fail_emitted_after(applied)
-            log.info("spout tasks %s: %d pending tree(s) failed back for replay", sorted(self.spout_tasks), len(failed))
-            self.host.settle(failed)
+        """A new generation: the workers' tasks restart from the last complete snapshot, and every wave sent since
+        it runs again, with its acks. Of the waves after ``applied`` (the last completed one) the acks applied here
+        are withdrawn from the trees still pending, which the run again's acks complete; the trees acked already
+        stay acked, the restarted tasks' state holding what their tuples did (``AckGate``)."""
+        for withdrawn in self.gate.restarted(bolt_tasks, applied):
+            acks = AckBatch.combine(withdrawn.acks)
+            if self.trees is not None and len(acks):
+                self.host.settle(self.trees.withdraw_acks(acks))
 
     # -- a wave's spout calls ----------------------------------------------------------
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
@@ -220,10 +217,10 @@ class WorkerSpouts:
 
     # -- the acker tasks here -------------------------------------------------------------
     def acker_input(self, message: AckerInput) -> None:
-        self._apply(self.gate.handle(AcksArrived(message.wave, message.acks, message.held)))
+        self._apply(self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held)))
 
     def commit(self, wave: int, snapshot: int = 0) -> None:
-        self._apply(self.gate.handle(WaveCommitted(wave)))
+        self._apply(self.gate.handle(WaveCommitted(wave, snapshot)))
         while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
             task, logged_wave = self.logged.popleft()
             self.store.drop_spout_wave(task, logged_wave)
