@@ -78,7 +78,7 @@ def test_word_count_on_a_standalone_cluster_survives_a_worker_kill_and_uses_a_ne
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py")]
     args += ["--master", standalone.url, "--idle-secs", "5", "--spark-conf", "spark.task.maxFailures=8"]
     args += ["--conf", f"example.dir={data}", "--conf", f"example.sentences={SENTENCES}"]
-    args += ["--conf", "topology.max.spout.pending=1000"]
+    args += ["--conf", "topology.max.spout.pending=5000"]
     # The lost task waits for the worker that joins, however slowly its JVM starts (the shrink has its own test).
     args += ["--conf", "squall.worker.replace.timeout.secs=120"]
     started = time.monotonic()
@@ -399,7 +399,7 @@ def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py")]
     args += ["--master", spark.url, "--idle-secs", "20", "--no-ui"]  # idle: every sentence acked, none queued
     args += ["--conf", f"example.dir={data}", "--conf", f"example.sentences={sentences}"]
-    args += ["--conf", "topology.max.spout.pending=1000", "--conf", "squall.worker.replace.timeout.secs=5"]
+    args += ["--conf", "topology.max.spout.pending=5000", "--conf", "squall.worker.replace.timeout.secs=5"]
     example = _example()
     started = time.monotonic()
     with open(log, "w") as out:

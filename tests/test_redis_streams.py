@@ -102,10 +102,18 @@ def test_a_redis_server_lost_mid_run_is_retried_and_nothing_is_lost(spark, tmp_p
             server.stop(kill=True)  # abruptly: connections drop with no goodbye
             threading.Timer(1.5, server.start).start()  # back 1.5 s later, with the same data (fsynced AOF)
             run.step()  # the spout's calls retry with backoff until the server is back
+
+            def done() -> bool:
+                emitted = {v for (v,) in run.captured["s"]}  # every entry emitted, at least once
+                return emitted == set(range(200)) and connect(server.url).xpending("jobs", "squall")["pending"] == 0
+
+            deadline = time.monotonic() + 60
+            while not done():  # and every one acked
+                assert time.monotonic() < deadline, run.stats.of("s")
+                run.step()
             cluster.wait_idle()
-            cluster.wait_idle()
-        assert {v for (v,) in run.captured["s"]} == set(range(200))  # every entry emitted, at least once
-        assert connect(server.url).xpending("jobs", "squall")["pending"] == 0  # and every one acked
+        assert {v for (v,) in run.captured["s"]} == set(range(200))
+        assert connect(server.url).xpending("jobs", "squall")["pending"] == 0
     finally:
         server.stop()
 

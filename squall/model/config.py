@@ -49,6 +49,9 @@ SQUALL_WORKER_REPLACE_TIMEOUT_SECS = "squall.worker.replace.timeout.secs"
 # The cyclic garbage collector's first threshold in the Python workers, which then start with what they hold
 # frozen out of it (None: Python's own settings, untouched)
 SQUALL_WORKER_GC_THRESHOLD = "squall.worker.gc.threshold"
+# How long a Python worker's thread may hold the GIL while another waits for it (sys.setswitchinterval): a frame
+# read off a link waits up to this long for the thread that runs the bolts
+SQUALL_WORKER_SWITCH_INTERVAL_MS = "squall.worker.switch.interval.ms"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
@@ -113,6 +116,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_MAX_REPEATED_ERRORS: 100,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_WORKER_GC_THRESHOLD: None,
+    SQUALL_WORKER_SWITCH_INTERVAL_MS: 5.0,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
     SQUALL_UI_PORT: None,
@@ -267,6 +271,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_MAX_REPEATED_ERRORS: _optional(_int_at_least(1)),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_WORKER_GC_THRESHOLD: _optional(_int_at_least(1)),
+    SQUALL_WORKER_SWITCH_INTERVAL_MS: _positive_number,
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_IDLE_MAX_SLEEP_SECS: _positive_number,
     SQUALL_UI_PORT: _optional(_port),

@@ -28,6 +28,7 @@ import gc
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -44,6 +45,7 @@ from squall.model.config import (
     SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS,
     SQUALL_LINKS_MAX_CONNECTIONS,
     SQUALL_WORKER_GC_THRESHOLD,
+    SQUALL_WORKER_SWITCH_INTERVAL_MS,
 )
 from squall.model.state import StateDelta, dump_delta
 from squall.reliability.acks import AckBatch
@@ -492,13 +494,29 @@ def collector_tuned(threshold: int | None) -> Iterator[None]:
         gc.unfreeze()
 
 
+@contextmanager
+def switch_interval(ms: float) -> Iterator[None]:
+    """The GIL's switch interval as ``squall.worker.switch.interval.ms`` sets it, for the worker's life; Python's
+    comes back when the worker ends, since Spark reuses the process."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(ms / 1000.0)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def run_worker(
     run_id: str, topology_bc: Any, address: tuple[str, int], keys: RunKeys, launch: int, index: int, _rows
 ) -> list:
     """The body of worker ``index``'s Spark task; returns when the driver stops the run or goes away. ``keys``
     came in the task closure: the run's link secret and checkpoint key never cross a squall link."""
     shipped = load_shipped(run_id, topology_bc)
-    with collector_tuned(shipped.conf.get(SQUALL_WORKER_GC_THRESHOLD, DEFAULTS[SQUALL_WORKER_GC_THRESHOLD])):
+    conf = shipped.conf
+    with (
+        collector_tuned(conf.get(SQUALL_WORKER_GC_THRESHOLD, DEFAULTS[SQUALL_WORKER_GC_THRESHOLD])),
+        switch_interval(conf.get(SQUALL_WORKER_SWITCH_INTERVAL_MS, DEFAULTS[SQUALL_WORKER_SWITCH_INTERVAL_MS])),
+    ):
         return _run_worker(run_id, shipped, address, keys, launch, index)
 
 
