@@ -12,6 +12,7 @@ COMPILED = [
     "squall/spark/collectors.py",  # emit and ack, once per tuple
     "squall/spark/execution.py",  # the loop that runs a batch's rows through a bolt
     "squall/spark/spouts.py",  # a spout's emit, and the ack or fail of each tree it started
+    "squall/spark/load.py",  # a load-aware shuffle's pick, once per tuple
     "squall/connectors/kafka/spout.py",  # a Kafka record's translation, emit and ack
     "squall/connectors/kafka/offsets.py",  # a Kafka record's offset, emitted and acked
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cython
 import numpy as np
 
 from squall.model.fields import Fields
@@ -49,10 +50,17 @@ class Grouping:
         return hash(type(self))
 
 
+@cython.cclass
 class ShuffledRing:
     """Picks that go round ``ring`` in a fresh random order each pass, seeded by ``seed`` (or drawn from a
     generator): reproducible, and each pass of ``len(ring)`` picks holds every entry of the ring once. Passes are
     drawn many at a time."""
+
+    _rng = cython.declare(object)
+    _ring = cython.declare(object)
+    _passes = cython.declare(cython.Py_ssize_t)
+    _picks = cython.declare(list)
+    _position = cython.declare(cython.Py_ssize_t)
 
     def __init__(self, seed: int | np.random.Generator, ring: Sequence[int]) -> None:
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)

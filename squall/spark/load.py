@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cython
 import numpy as np
 
 from squall.model.groupings import ShuffledRing
@@ -28,6 +29,7 @@ DEADBAND = 0.03  # loads this close to the mean move nothing
 BUSY = 0.5  # while no worker is this busy nobody waits on anybody: the weights drift back to equal
 MIN_WEIGHT, MAX_WEIGHT = 0.25, 4.0  # a worker gets at least a quarter, at most four times, its even share
 RING = 100  # the picker's choices per target, as Storm's ring of choices
+PICKS_AT_ONCE = 4096  # the picks a shuffle takes from its ring at a time
 
 
 @dataclass
@@ -106,17 +108,29 @@ class TaskWeights:
         return not self._by_task
 
 
+@cython.cclass
 class LoadAwareShuffle:
     """A shuffle grouping's picker that deals targets in proportion to their weights: a ring of ``RING`` choices
     per target, shuffled and gone through in turn, dealt again when the weights change. With equal weights it is
-    ``ShuffleGrouping``'s picker, the same tuples to the same tasks."""
+    ``ShuffledRing``'s picker, the same tuples to the same tasks. It is called once per tuple, so it keeps the
+    ring's picks itself (``make setup`` compiles this module with the per-tuple ones)."""
+
+    _rng = cython.declare(object)
+    _targets = cython.declare(list)
+    _weights = cython.declare(object)
+    _version = cython.declare(cython.longlong)
+    _ring = cython.declare(object)
+    _picks = cython.declare(list)
+    _position = cython.declare(cython.Py_ssize_t)
 
     def __init__(self, source_task: int, targets: Sequence[int], weights: TaskWeights) -> None:
         self._rng = np.random.default_rng(source_task)  # one generator across deals: a new ring, new orders
         self._targets = list(targets)
         self._weights = weights
         self._version = -1
-        self._pick = ShuffledRing(self._rng, self._targets)
+        self._ring = ShuffledRing(self._rng, self._targets)
+        self._picks: list[int] = []
+        self._position = 0
 
     def _deal(self) -> None:
         self._version = self._weights.version
@@ -128,15 +142,26 @@ class LoadAwareShuffle:
             size = RING * len(self._targets)
             counts = [max(1, round(size * s / total)) for s in shares]
             ring = [t for t, n in zip(self._targets, counts, strict=True) for _ in range(n)]
-        self._pick = ShuffledRing(self._rng, ring)
+        self._ring = ShuffledRing(self._rng, ring)
+        self._picks, self._position = [], 0
 
-    def __call__(self, values: Any) -> int:
-        if self._version != self._weights.version:
+    @cython.locals(version=cython.longlong, position=cython.Py_ssize_t)
+    def __call__(self, values: Any = None) -> int:
+        version = self._weights.version
+        if self._version != version:
             self._deal()
-        return self._pick()
+        position = self._position
+        if position >= len(self._picks):  # the ring's next passes, many at once
+            self._picks, position = self._ring.take(PICKS_AT_ONCE), 0
+        self._position = position + 1
+        return self._picks[position]
 
     def take(self, n: int) -> list[int]:
         """The next ``n`` picks, as ``n`` calls would give them."""
         if self._version != self._weights.version:
             self._deal()
-        return self._pick.take(n)
+        taken = self._picks[self._position : self._position + n]
+        self._position += len(taken)
+        if len(taken) < n:
+            taken += self._ring.take(n - len(taken))
+        return taken
