@@ -13,8 +13,10 @@ task and wave may be applied in any order, as Storm's acker applies its messages
   (``squall/spark/recovery.py``), so a tree acked here before the loss is never lost from the bolt tasks' state.
   The acks of a task and wave are applied once: of a wave that had completed (every task reported it), those that
   arrived the first time stay and their second coming is dropped; of a wave that was still in flight, those applied
-  are taken back out of the trees still pending (``WithdrawAcks``) and the run again's are applied instead, so each
-  such tree is completed by one run's acks, whichever tasks the run sent its tuples to;
+  are taken back out of the trees still pending (``WithdrawAcks``) and the run again's are applied instead, so a
+  tree whose tuples all went out in those waves is completed by one run's acks, whichever tasks the run sent them
+  to. (A tree that spans an earlier wave, a tuple a bolt held across waves, is completed only if the run again
+  gives its tuples the same edges; else it times out and its source replays it);
 * waves up to the last complete snapshot never run again, so what arrived of them is forgotten
   (``WaveCommitted.snapshot``), and acks applied are kept only until their wave completes.
 
@@ -81,8 +83,8 @@ class AckGate:
     """The ack rules of one worker's acker tasks, across the generations of the run.
 
     ``expected`` is how many bolt tasks send each wave's acks. A gate made for acker tasks new to this worker
-    (``start``: the last wave sent before they came) drops the acks of every wave up to it: the trees they were
-    for went with the acker tasks' old instances.
+    (``start``: the last wave completed before they came) drops the acks of every wave up to it: the trees they
+    were for went with the acker tasks' old instances.
     """
 
     def __init__(self, expected: int, start: int = 0) -> None:
@@ -97,7 +99,7 @@ class AckGate:
     def restarted(self, expected: int, applied: int) -> list[WithdrawAcks]:
         """The workers start again as of the last complete snapshot, and every wave since it runs again; those up
         to ``applied`` had completed. The acks applied of the waves after it are withdrawn (as the instructions
-        returned say), and those held are dropped: the run again brings them all."""
+        returned say), and those held of them are dropped: the run again brings them all."""
         self.expected = expected
         withdrawn = [WithdrawAcks(w, tuple(self._kept.pop(w))) for w in sorted(self._kept) if w > applied]
         self._kept.clear()  # the rest are of waves that completed

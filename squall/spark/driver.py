@@ -13,8 +13,8 @@ The driver sends no tuple and receives no ack. Each ``step()``, at the clock's c
    the tick tuples);
 2. send the wave to the workers (its spout calls, rotations, ticks, and the ``Commit`` of the last wave
    completed), while up to ``squall.wave.max.inflight`` earlier waves are still running;
-3. for each wave that completed, fold in its reports: counters, errors, latencies, snapshots; the acker
-   tasks apply its acks once its ``Commit`` reaches them, and call ``ack``/``fail`` on the spout tasks.
+3. for each wave that completed, fold in its reports: counters, errors, latencies, snapshots. The acker
+   tasks apply the bolts' acks as they arrive, and call ``ack``/``fail`` on the spout tasks.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ class TopologyRun:
         if moved or not completed or self._waiting_for_workers():  # a wave run again after a loss calls no spout
             self._quiet = False
             return WaveInfo(emits, emits + ticks, completed, confirming=not moved)
-        self.scheduler.flush_commit()  # the caller may pause: the acks of the waves just completed apply meanwhile
+        self.scheduler.flush_commit()  # the caller may pause: the workers hear of the waves just completed meanwhile
         self._quiet = True
         # Idle only when this wave, alone in flight, completed and moved nothing (a restart drops a wave).
         return WaveInfo(0, 0, 0, confirming=not quiet)

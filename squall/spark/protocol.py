@@ -167,7 +167,7 @@ class Assign:
     spout_tasks: list[int] = field(default_factory=list)  # the spout tasks it hosts, when spouts run on workers
     ackers: list[int] = field(default_factory=list)  # the acker tasks it hosts
     acker_workers: dict[int, int] = field(default_factory=dict)  # every acker task -> the worker that hosts it
-    applied: int = 0  # the last wave whose acks were applied: the waves up to it run again with their acks dropped
+    applied: int = 0  # the last wave completed: the acks applied of the waves after it are withdrawn (AckGate)
 
 
 @wire

@@ -27,7 +27,7 @@ class WaveInfo:
 
     spout_emits: int
     delivered: int  # tuples the wave handed bolts: its spouts' emits, and ticks
-    completed: int = 0  # waves that completed, their acks applied
+    completed: int = 0  # waves that completed
     confirming: bool = False  # nothing moved, and the next step makes sure over a wave that follows every commit
 
     @property

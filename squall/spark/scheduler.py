@@ -5,17 +5,17 @@ task per worker, each hosting some bolt tasks (``worker.py``). Waves go out as
 ``WaveInput`` messages, up to ``squall.wave.max.inflight`` at once; workers
 pipeline them, each task strictly in wave order. A wave completes when every
 bolt task and spout worker has reported it; ``WaveBook`` (``wave_book.py``)
-hands completed waves back in wave order, each exactly once, and says when the
-acker tasks may apply their acks (``Commit``).
+hands completed waves back in wave order, each exactly once, and says when a
+wave completed (``Commit``, with the last complete snapshot, up to which the
+spout logs go).
 
 When a worker is lost (its Python process or executor dies, Spark retries its
 task, or the whole job fails and is launched again), the workers start again
 under a new *generation*, and whatever an older one still had on the wire is
 dropped. Every task restarts from the last complete snapshot
 (``RecoveryPoint``, ``recovery.py``), and every wave sent since it runs again
-from the spout tasks' logs; the trees of the waves that were in flight fail
-back to the spouts, whose sources replay them. No task's acks of a wave are
-applied twice, and nothing acknowledged is lost.
+from the spout tasks' logs, the ones in flight too; the acker tasks take each
+task's acks of a wave once (``AckGate``). Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ class WaveScheduler:
 
     # -- the worker job -----------------------------------------------------------
     def _relaunch(self, workers: int, why: str) -> None:
-        """Start the run again on ``workers`` workers, every task from the last completed wave's state, as
+        """Start the run again on ``workers`` workers, every task from the last complete snapshot, as
         Nimbus reassigns a lost worker's executors to the slots that remain: the job's workers are stopped,
         what is left of it is cancelled, and a new job is launched."""
         log.warning("topology %s: %s; running on %d worker(s) (was %d)", self.name, why, workers, self.workers)
@@ -583,7 +583,8 @@ class WaveScheduler:
         if self.on_generation is not None:
             self.on_generation(self.generation)
         # Every wave since the last complete snapshot runs again from the spouts' logs, the ones in flight too
-        # (their acks may have been applied); the trees of those in flight fail back to the spout tasks as well.
+        # (their acks may have been applied): the acker tasks withdraw what they applied of those in flight and
+        # take the run again's acks instead (AckGate).
         self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
         self.book.handle(self._generation_started())
         self.next_wave = self.recovery.start(self.applied) + 1
@@ -610,7 +611,7 @@ class WaveScheduler:
         for instruction in instructions:
             if isinstance(instruction, WaveCompleted):
                 done.append(self._complete(instruction))
-            else:  # its acks may be applied at the ackers, told with the next wave
+            else:  # told the workers with the next wave: their spout logs and ack records up to the snapshot go
                 self._commit_due = Commit(instruction.generation, instruction.wave, self.recovery.wave)
 
     def flush_commit(self) -> None:

@@ -74,7 +74,7 @@ class WaveCompleted:
 
 @dataclass(frozen=True)
 class CommitDue:
-    """Instruction: the workers may apply the acks of waves up to ``wave`` (of ``generation``)."""
+    """Instruction: tell the workers that waves up to ``wave`` (of ``generation``) completed."""
 
     generation: int
     wave: int
@@ -89,8 +89,8 @@ class _Entry:
 
 
 class WaveBook:
-    """The waves in flight, oldest first. Each completed wave makes a ``CommitDue``, which lets the acker tasks
-    apply its acks."""
+    """The waves in flight, oldest first. Each completed wave makes a ``CommitDue``: the workers learn the last
+    complete snapshot from it."""
 
     def __init__(self) -> None:
         self.generation = 0
