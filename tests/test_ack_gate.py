@@ -106,7 +106,7 @@ class AckGateMachine(RuleBasedStateMachine):
         self.undelivered = [e for e in self.undelivered if e.acks[0] == "before"]
         self.applied = applied
         self.generation += 1
-        self._take(self.gate.restarted(self.tasks, applied))
+        self._take(self.gate.restarted(self.tasks, applied, self.snapshot))
         for wave in self.ran_in:
             if wave > applied:
                 self.ran_in[wave] = self.generation
@@ -177,3 +177,20 @@ def test_acker_tasks_new_to_a_worker_drop_the_acks_of_waves_sent_before_they_cam
     gate = AckGate(expected=1, start=5)
     assert gate.handle(AcksArrived(5, 0, "for a tree that went with the old acker")) == []
     assert gate.handle(AcksArrived(6, 0, "new")) == [ApplyAcks(6, ("new",))]
+
+
+def test_acks_lost_of_a_wave_the_snapshot_holds_do_not_leave_the_gate_behind_for_ever():
+    """Snapshot wave 2 completed at the driver, but task 1's acks of it were lost with its worker: wave 2 never
+    runs again, so once the workers restart as of it, the gate counts it complete and is not behind; the waves
+    after it fill in from the run again."""
+    gate = AckGate(expected=2)
+    for wave, task in [(1, 0), (1, 1), (2, 0), (3, 0)]:
+        gate.handle(AcksArrived(wave, task, (wave, task)))
+    gate.handle(WaveCommitted(3, snapshot=2))
+    assert gate.behind
+    assert gate.restarted(2, applied=3, snapshot=2) == []
+    assert gate.behind  # wave 3 runs again: task 1's acks of it are still to come
+    assert gate.handle(AcksArrived(3, 0, "again")) == []
+    assert gate.handle(AcksArrived(3, 1, (3, 1))) == [ApplyAcks(3, ((3, 1),))]
+    assert not gate.behind
+    assert gate.handle(AcksArrived(2, 0, "a copy")) == []

@@ -96,16 +96,20 @@ class AckGate:
         self._held: list[ApplyAcks] = []  # stateful tasks' acks, until a checkpoint releases them
         self._kept: dict[int, list[Any]] = defaultdict(list)  # wave not yet committed -> the plain acks applied
 
-    def restarted(self, expected: int, applied: int) -> list[WithdrawAcks]:
-        """The workers start again as of the last complete snapshot, and every wave since it runs again; those up
-        to ``applied`` had completed. The acks applied of the waves after it are withdrawn (as the instructions
-        returned say), and those held of them are dropped: the run again brings them all."""
+    def restarted(self, expected: int, applied: int, snapshot: int = 0) -> list[WithdrawAcks]:
+        """The workers start again as of the last complete snapshot (wave ``snapshot``), and every wave since it
+        runs again; those up to ``applied`` had completed. The acks applied of the waves after it are withdrawn (as
+        the instructions returned say), and those held of them are dropped: the run again brings them all. A wave
+        up to the snapshot never runs again: what did not arrive of it (lost with its worker) never will, so it
+        counts as complete."""
         self.expected = expected
         withdrawn = [WithdrawAcks(w, tuple(self._kept.pop(w))) for w in sorted(self._kept) if w > applied]
         self._kept.clear()  # the rest are of waves that completed
         for wave in [w for w in self._arrived if w > applied]:
             del self._arrived[wave]
-        self._complete = min(self._complete, max(applied, self.start))
+        self._complete = max(min(self._complete, max(applied, self.start)), snapshot)
+        self.snapshot = max(self.snapshot, snapshot)
+        self._forget()
         self._held = [held for held in self._held if held.wave <= applied]
         return withdrawn
 
@@ -131,16 +135,17 @@ class AckGate:
     def _arrived_acks(self, event: AcksArrived) -> list[ApplyAcks]:
         if event.wave <= self.start:  # a replay's, for trees this gate never had
             return []
-        if event.wave > min(self._complete, self.snapshot):  # the wave may run again: each task's acks once
-            tasks = self._arrived[event.wave]
-            if event.task in tasks:  # the wave ran again: this task's acks of it are in already
-                return []
-            tasks.add(event.task)
-            before = self._complete
-            while len(self._arrived.get(self._complete + 1, ())) >= self.expected:
-                self._complete += 1
-            if before < self.snapshot:  # late acks of a wave the last snapshot holds: it may be forgotten now
-                self._forget()
+        if event.wave <= min(self._complete, self.snapshot):  # every task's acks of it came: these are a copy
+            return []
+        tasks = self._arrived[event.wave]
+        if event.task in tasks:  # the wave ran again: this task's acks of it are in already
+            return []
+        tasks.add(event.task)
+        before = self._complete
+        while len(self._arrived.get(self._complete + 1, ())) >= self.expected:
+            self._complete += 1
+        if before < self.snapshot:  # late acks of a wave the last snapshot holds: it may be forgotten now
+            self._forget()
         instruction = ApplyAcks(event.wave, (event.acks,), event.held)
         if not event.held:
             if event.wave > self.committed:

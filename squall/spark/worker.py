@@ -331,7 +331,7 @@ class Worker:
             and self.spouts.settings.run_id == settings.run_id
         )
         if same:
-            self.spouts.restart(message.applied, bolt_tasks)
+            self.spouts.restart(message.applied, bolt_tasks, message.base_wave)
             return
         if self.spouts is not None:
             self.spouts.close(fail_pending=True)

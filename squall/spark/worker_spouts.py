@@ -116,12 +116,12 @@ class WorkerSpouts:
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
 
-    def restart(self, applied: int, bolt_tasks: int) -> None:
+    def restart(self, applied: int, bolt_tasks: int, snapshot: int = 0) -> None:
         """A new generation: the workers' tasks restart from the last complete snapshot, and every wave sent since
         it runs again, with its acks. Of the waves after ``applied`` (the last completed one) the acks applied here
         are withdrawn from the trees still pending, which the run again's acks complete; the trees acked already
         stay acked, the restarted tasks' state holding what their tuples did (``AckGate``)."""
-        for withdrawn in self.gate.restarted(bolt_tasks, applied):
+        for withdrawn in self.gate.restarted(bolt_tasks, applied, snapshot):
             acks = AckBatch.combine(withdrawn.acks)
             if self.trees is not None and len(acks):
                 self.host.settle(self.trees.withdraw_acks(acks))
