@@ -50,8 +50,8 @@ class WriteDown(BasicBolt):
 
 
 def build_topology(conf):
-    window = SlidingSum().with_window(Duration(LENGTH_MS), Duration(SLIDE_MS)).with_timestamp_field("ts")
-    window = window.with_watermark_interval(Duration(200)).with_message_id_field("id").with_persistence()
+    window = SlidingSum().with_window(Duration.millis(LENGTH_MS), Duration.millis(SLIDE_MS)).with_timestamp_field("ts")
+    window = window.with_watermark_interval(Duration.millis(200)).with_message_id_field("id").with_persistence()
     window = window.with_max_events_in_memory(100)
     b = TopologyBuilder()
     b.set_spout("numbers", QueueSpout(conf["test.queue"], "numbers", fields=["id", "value", "ts"]))

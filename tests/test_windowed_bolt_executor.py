@@ -78,8 +78,10 @@ def tuple_of(ts, fields=("ts",)):
 
 
 def event_time_bolt():
-    bolt = RecordingWindows().with_window(Duration(20), Duration(10)).with_timestamp_field("ts")
-    return bolt.with_lag(Duration(5)).with_watermark_interval(Duration(100_000))  # watermarks made by hand
+    bolt = RecordingWindows().with_window(Duration.millis(20), Duration.millis(10)).with_timestamp_field("ts")
+    return bolt.with_lag(Duration.millis(5)).with_watermark_interval(
+        Duration.millis(100_000)
+    )  # watermarks made by hand
 
 
 def test_execute_without_ts():
@@ -99,7 +101,7 @@ def test_execute_with_ts():
 
 
 def test_prepare_late_tuple_stream_without_ts():
-    bolt = RecordingWindows().with_window(Duration(20), Duration(10)).with_late_tuple_stream("$late")
+    bolt = RecordingWindows().with_window(Duration.millis(20), Duration.millis(10)).with_late_tuple_stream("$late")
     b = TopologyBuilder()
     b.set_spout("s1", Source())
     b.set_bolt("w", bolt).shuffle_grouping("s1")
@@ -150,15 +152,15 @@ def test_time_windows_ask_for_ticks_at_their_timer():
     processing = WindowedBoltExecutor(RecordingWindows().with_window(Duration.seconds(10), Duration.seconds(2)))
     assert processing.get_component_configuration() == {"topology.tick.tuple.freq.secs": 2.0}
     assert WindowedBoltExecutor(
-        event_time_bolt().with_watermark_interval(Duration(500))
+        event_time_bolt().with_watermark_interval(Duration.millis(500))
     ).get_component_configuration() == {"topology.tick.tuple.freq.secs": 0.5}
 
 
 @pytest.mark.parametrize(
     ("length", "sliding", "conf", "message"),
     [
-        (Duration.seconds(20), Duration.seconds(15), {"topology.message.timeout.secs": 30}, "35000 ms is more than"),
-        (Duration.seconds(31), None, {"topology.message.timeout.secs": 30}, "31000 ms is more than"),
+        (Duration.seconds(20), Duration.seconds(15), {"topology.message.timeout.secs": 30}, "35 s is more than"),
+        (Duration.seconds(31), None, {"topology.message.timeout.secs": 30}, "31 s is more than"),
         (Count(90), Count(20), {"topology.max.spout.pending": 100}, "count (length + sliding interval) 110"),
     ],
 )

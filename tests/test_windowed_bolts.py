@@ -3,6 +3,8 @@ window, processing-time windows on the topology's clock, event time with late tu
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from squall import BasicBolt, Bolt, Count, Duration, InvalidTopologyError, TopologyBuilder, WindowedBolt
@@ -103,11 +105,15 @@ def test_a_raising_window_fails_its_new_tuples_and_the_topology_goes_on(cluster)
     assert stats.of("window").errors == 1 and "RuntimeError: second window" in stats.errors[-1].text
 
 
-def test_processing_time_windows_move_with_the_topologys_clock(cluster):
+@pytest.mark.parametrize(
+    "ten_seconds",
+    [Duration(10), Duration(10.0), Duration.seconds(10), Duration.millis(10_000), Duration(timedelta(seconds=10))],
+)
+def test_processing_time_windows_move_with_the_topologys_clock(cluster, ten_seconds):
     feeder = FeederSpout(["v"])
     b = TopologyBuilder()
     b.set_spout("numbers", feeder)
-    b.set_bolt("window", Contents().with_tumbling_window(Duration.seconds(10))).shuffle_grouping("numbers")
+    b.set_bolt("window", Contents().with_tumbling_window(ten_seconds)).shuffle_grouping("numbers")
     run = cluster.submit_for_capture("clock", {}, b.build())
     feed(feeder, ["a", "b"])
     cluster.advance_time(9)
@@ -121,9 +127,21 @@ def test_processing_time_windows_move_with_the_topologys_clock(cluster):
     assert feeder.acked == {"a", "b"}
 
 
-def test_event_time_windows_fire_as_watermarks_pass_and_late_tuples_go_to_their_stream(cluster):
+@pytest.mark.parametrize(
+    "length, sliding, lag",
+    [
+        (Duration.millis(20), Duration.millis(10), Duration.millis(5)),
+        (Duration(0.02), Duration(0.01), Duration(0.005)),
+        (
+            Duration(timedelta(milliseconds=20)),
+            Duration(timedelta(milliseconds=10)),
+            Duration(timedelta(microseconds=5000)),
+        ),
+    ],
+)
+def test_event_time_windows_fire_as_watermarks_pass_and_late_tuples_go_to_their_stream(cluster, length, sliding, lag):
     feeder = FeederSpout(["ts"])
-    window = Contents().with_window(Duration(20), Duration(10)).with_timestamp_field("ts").with_lag(Duration(5))
+    window = Contents().with_window(length, sliding).with_timestamp_field("ts").with_lag(lag)
     b = TopologyBuilder()
     b.set_spout("events", feeder)
     b.set_bolt("window", window.with_late_tuple_stream("late")).shuffle_grouping("events")
@@ -172,3 +190,37 @@ def test_a_message_id_field_needs_persistence():
     b.set_bolt("window", Contents().with_window(Count(4)).with_message_id_field("id")).shuffle_grouping("numbers")
     with pytest.raises(InvalidTopologyError, match="windowed bolt 'window': a message id field needs with_persistence"):
         b.build()
+
+
+def test_durations_in_any_unit_are_the_same_length():
+    assert Duration(90) == Duration.seconds(90) == Duration.minutes(1.5) == Duration(timedelta(minutes=1, seconds=30))
+    assert Duration.hours(2) == Duration.minutes(120) and Duration.days(1) == Duration.hours(24)
+    assert Duration(0.25) == Duration.millis(250) == Duration.of(250) and Duration.millis(250).value == 250
+    for bad in (-1, "40", True, float("nan"), None):
+        with pytest.raises(ValueError, match="Duration"):
+            Duration(bad)
+
+
+def time_window_topology(length: Duration, sliding: Duration, conf: dict | None = None):
+    b = TopologyBuilder()
+    b.set_spout("numbers", FeederSpout(["n"]))
+    b.set_bolt("sums", Contents().with_window(length, sliding)).shuffle_grouping("numbers")
+    return b.build(conf)
+
+
+def test_a_window_longer_than_the_message_timeout_is_refused_at_build_naming_the_bolt():
+    with pytest.raises(
+        InvalidTopologyError, match=r"windowed bolt 'sums': .* 50 s is more than topology.message.timeout.secs \(30 s\)"
+    ):
+        time_window_topology(Duration(40), Duration(10))
+
+
+def test_a_window_longer_than_the_timeout_given_at_submit_is_refused_at_submit_naming_the_bolt(cluster):
+    topology = time_window_topology(Duration(40), Duration(10), {"topology.message.timeout.secs": 120})
+    with pytest.raises(
+        InvalidTopologyError, match=r"windowed bolt 'sums': .* 50 s is more than topology.message.timeout.secs \(30 s\)"
+    ):
+        cluster.submit_topology("short-timeout", {"topology.message.timeout.secs": 30}, topology)
+    assert "short-timeout" not in cluster.runs
+    cluster.submit_topology("long-enough", {"topology.message.timeout.secs": 60}, topology)
+    assert "long-enough" in cluster.runs

@@ -152,7 +152,9 @@ class TopologyBuilder:
             conf_of = {**component_configuration(d), **d.conf}  # the declarer's settings win, as in Storm
             if d.check is not None:
                 d.check(d.obj, cid, {**DEFAULTS, **(conf or {}), **conf_of})
-            components[cid] = ComponentSpec(cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, conf_of, tasks)
+            components[cid] = ComponentSpec(
+                cid, d.kind, d.obj, d.parallelism, streams[cid], inputs, conf_of, tasks, check=d.check
+            )
         order = {d.id: i for i, d in enumerate(self._declared)}
         components = dict(sorted(components.items(), key=lambda kv: order[kv[0]]))
         return Topology(components, conf or {})

@@ -6,7 +6,7 @@ knowledge of how it will be executed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -41,6 +41,8 @@ class ComponentSpec:
     inputs: tuple[Subscription, ...] = ()
     conf: Mapping[str, Any] = field(default_factory=dict)
     tasks: tuple[int, ...] = ()
+    # ``check(obj, id, config)``: the declaration's config checks (a windowed bolt's), run again at submit
+    check: Callable[[Any, str, Mapping[str, Any]], None] | None = field(default=None, compare=False)
 
 
 class Topology:
@@ -52,6 +54,14 @@ class Topology:
         for comp in components.values():
             for sub in comp.inputs:
                 self._subscribers.setdefault((sub.source, sub.stream), []).append((comp.id, sub))
+
+    def check_run_config(self, conf: Mapping[str, Any]) -> None:
+        """The declarations' config checks again, with the config the topology runs with: a window checked at
+        ``build()`` against one message timeout may be submitted with another. Raises
+        ``InvalidTopologyError`` naming the component."""
+        for spec in self.components.values():
+            if spec.check is not None:
+                spec.check(spec.obj, spec.id, {**conf, **spec.conf})
 
     def with_objects(self, objects: Mapping[str, Any]) -> Topology:
         """The same topology with some components' spout or bolt objects swapped."""

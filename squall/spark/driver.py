@@ -69,6 +69,7 @@ class TopologyRun:
         self.name = name
         self.topology = topology
         self.conf = cfg.resolve_config(topology.conf, conf)
+        topology.check_run_config(self.conf)
         self.sc = sc
         self.clock = clock
         self.capture = capture

@@ -15,8 +15,10 @@ the window, and the window's tuples are acked when they expire from it (``execut
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from squall.model.components import DEFAULT_STREAM
@@ -44,39 +46,66 @@ class Count:
         return cls(value)
 
 
-@dataclass(frozen=True)
 class Duration:
-    """A length of time, ``value`` in milliseconds."""
+    """A length of time: ``Duration(seconds)`` takes a number of seconds (a float is fine) or a
+    ``datetime.timedelta``; ``Duration.millis(n)``, ``.seconds(n)``, ``.minutes(n)``, ``.hours(n)`` and
+    ``.days(n)`` say the unit. Kept to the millisecond: ``value`` is the length in whole milliseconds.
+    ``Duration.of(n)`` is Storm's ``Duration.of``, in milliseconds."""
 
-    value: int
+    __slots__ = ("value",)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.value, int) or isinstance(self.value, bool) or self.value < 0:
-            raise ValueError(f"Duration must be a whole number of milliseconds >= 0, got {self.value!r}")
+    def __init__(self, seconds: float | timedelta) -> None:
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds):
+            raise ValueError(f"Duration takes a number of seconds or a timedelta, got {seconds!r}")
+        if seconds < 0:
+            raise ValueError(f"Duration must not be negative, got {seconds!r} s")
+        object.__setattr__(self, "value", round(seconds * 1000))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Duration is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Duration) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash((Duration, self.value))
+
+    def __repr__(self) -> str:
+        return f"Duration.millis({self.value})"
+
+    def __reduce__(self):
+        return (Duration.millis, (self.value,))
+
+    def total_seconds(self) -> float:
+        return self.value / 1000
+
+    def to_timedelta(self) -> timedelta:
+        return timedelta(milliseconds=self.value)
 
     @classmethod
-    def of(cls, milliseconds: int) -> Duration:
-        return cls(milliseconds)
+    def millis(cls, value: float) -> Duration:
+        return cls(value / 1000)
 
-    @classmethod
-    def milliseconds(cls, value: int) -> Duration:
-        return cls(value)
+    milliseconds = millis
+    of = millis
 
     @classmethod
     def seconds(cls, value: float) -> Duration:
-        return cls(round(value * 1000))
+        return cls(value)
 
     @classmethod
     def minutes(cls, value: float) -> Duration:
-        return cls(round(value * 60_000))
+        return cls(value * 60)
 
     @classmethod
     def hours(cls, value: float) -> Duration:
-        return cls(round(value * 3_600_000))
+        return cls(value * 3600)
 
     @classmethod
     def days(cls, value: float) -> Duration:
-        return cls(round(value * 86_400_000))
+        return cls(value * 86_400)
 
 
 class DetachedTuple(NamedTuple):

@@ -90,7 +90,7 @@ class WindowedBoltExecutor(Bolt):
         """How often the executor's timer runs: the watermark interval, or a time window's sliding interval."""
         bolt = self.bolt
         if bolt.event_time:
-            return (bolt.watermark_interval or Duration(DEFAULT_WATERMARK_INTERVAL_MS)).value or None
+            return (bolt.watermark_interval or Duration.millis(DEFAULT_WATERMARK_INTERVAL_MS)).value or None
         if isinstance(bolt.sliding_interval, Duration):
             return bolt.sliding_interval.value or None
         return None
@@ -107,8 +107,8 @@ class WindowedBoltExecutor(Bolt):
         timeout_ms = int(conf.get(TOPOLOGY_MESSAGE_TIMEOUT_SECS, 30) * 1000)
         if timeouts_on and durations > timeout_ms:
             raise InvalidTopologyError(
-                f"{name}: window duration (length + sliding interval) {durations} ms is more than "
-                f"{TOPOLOGY_MESSAGE_TIMEOUT_SECS} ({timeout_ms} ms): its tuples would time out before it fires"
+                f"{name}: window duration (length + sliding interval) {durations / 1000:g} s is more than "
+                f"{TOPOLOGY_MESSAGE_TIMEOUT_SECS} ({timeout_ms / 1000:g} s): its tuples would time out before it fires"
             )
         max_pending = conf.get(TOPOLOGY_MAX_SPOUT_PENDING)
         if max_pending is not None and counts > max_pending:
@@ -150,7 +150,7 @@ class WindowedBoltExecutor(Bolt):
         if bolt.event_time:
             streams = {(component, stream) for component, stream in context.get_this_sources()}
             lag = bolt.lag.value if bolt.lag is not None else DEFAULT_LAG_MS
-            interval = (bolt.watermark_interval or Duration(DEFAULT_WATERMARK_INTERVAL_MS)).value
+            interval = (bolt.watermark_interval or Duration.millis(DEFAULT_WATERMARK_INTERVAL_MS)).value
             self._generator = WatermarkEventGenerator(self._manager, interval, lag, streams)
         self._eviction = self._eviction_policy()
         self._trigger = self._trigger_policy()
