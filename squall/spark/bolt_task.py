@@ -178,6 +178,7 @@ class BoltTask:
         self._topology = topology
         self._fields: dict[tuple[str, str], Any] = {}
         self.unpicklable: set[str] = set()  # attributes left to prepare(): a socket, a connection, a lock
+        self.made_by_prepare: frozenset[str] = frozenset()  # the attributes the bolt had once prepare() returned
         # A stateful bolt's state is its KeyValueState, handed over by init_state() once restored.
         self.state = KeyValueState(component, blobs=self._blobs()) if isinstance(self.bolt, StatefulBolt) else None
         self.unsaved = StateDelta()  # changes taken from the state and not yet in a written checkpoint part
@@ -196,6 +197,7 @@ class BoltTask:
                 self.bolt.prepare(task_conf, self.context, self.collector)
         except Exception as exc:
             raise TaskSetupError(component, task, "prepare() raised", exc) from exc
+        self.made_by_prepare = frozenset(vars(self.bolt)) if hasattr(self.bolt, "__dict__") else frozenset()
 
     # -- state ---------------------------------------------------------------
     def _blobs(self) -> StateBlobs | None:
@@ -246,6 +248,10 @@ class BoltTask:
             blob = self._dumps(state, own)
         self.version = version
         return Snapshot(version, blob)
+
+    def lost_on_restore(self) -> list[str]:
+        """The attributes left out of snapshots that ``prepare()`` does not make: a rebuilt task lacks them."""
+        return sorted(self.unpicklable - self.made_by_prepare)
 
     def whole_snapshot(self, version: int) -> bytes:
         """Everything the task would restart from, pickled: a stateful bolt's whole state, else its attributes."""

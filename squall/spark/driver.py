@@ -357,8 +357,8 @@ class TopologyRun:
                 if status.unpicklable and component not in self._warned_unpicklable:
                     self._warned_unpicklable.add(component)
                     log.warning(
-                        "bolt %s: attributes %s cannot be pickled; they are left out of its task snapshots and"
-                        " made again by prepare() wherever a task is rebuilt",
+                        "bolt %s: attributes %s cannot be pickled and are not made by prepare(); they are left out"
+                        " of its task snapshots, so a task rebuilt after a lost worker starts without them",
                         component,
                         status.unpicklable,
                     )

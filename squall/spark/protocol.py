@@ -260,7 +260,7 @@ class TaskStatus:
     busy_seconds: float = 0.0  # executing its batches' tuples
     snapshot_seconds: float = 0.0  # writing its state as an interval snapshot (``snapshots.py``)
     errors: list[str] = field(default_factory=list)
-    unpicklable: list[str] = field(default_factory=list)  # bolt attributes left out of the task's snapshot
+    unpicklable: list[str] = field(default_factory=list)  # left out of the task's snapshot, and not made by prepare()
     repeated: str | None = None  # why the task's run of one repeated error stops the topology (failures.ErrorStreak)
 
 

@@ -430,7 +430,7 @@ class Worker:
         started = time.perf_counter()
         path = self.store.write_task(wave, task.task, task.whole_snapshot(wave))
         task.collector.status.snapshot_seconds = time.perf_counter() - started
-        task.collector.status.unpicklable = sorted(task.unpicklable)
+        task.collector.status.unpicklable = task.lost_on_restore()
         task.dirty = False
         return Snapshot(wave, b"", path=path)
 
