@@ -32,8 +32,14 @@ CONF = {
     "example.dir": ".squall-data",
     "example.sentences": 2000,
     "topology.message.timeout.secs": 30,
-    "topology.max.spout.pending": 500,
+    # Sentences in flight at once. The count bolt acks a word only once its count is stored, at its next tick,
+    # so the spout must have at least a tick's worth of sentences in flight to keep going between ticks.
+    "topology.max.spout.pending": 5000,
 }
+
+# How often ``count`` stores the counts that changed and acks the words it held: a word's complete latency is
+# about this long. Longer writes SQLite less often; shorter acks sooner.
+FLUSH_SECS = 0.1
 
 SENTENCES = [
     "the cow jumped over the moon",
@@ -149,7 +155,7 @@ def build_topology(conf):
     builder.set_bolt("split", SplitSentence(), 4).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(os.path.abspath(db_path)), 4).fields_grouping(
         "split", Fields("word")
-    ).add_configuration("topology.tick.tuple.freq.secs", 1)
+    ).add_configuration("topology.tick.tuple.freq.secs", FLUSH_SECS)
     return builder.build()
 
 

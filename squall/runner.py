@@ -170,6 +170,8 @@ def summary_table(run: Run) -> Table:
         ("malformed", total.malformed),
     ):
         table.add_row(label, str(value))
+    rate = run.stats.spout_throughput(total.acked)
+    table.add_row("acked per second", f"{rate:,.0f}" if rate is not None else "-")
     table.add_row("complete latency p50", f"{p50:.0f} ms" if p50 is not None else "-")
     table.add_row("complete latency p99", f"{p99:.0f} ms" if p99 is not None else "-")
     return table

@@ -397,6 +397,9 @@ class TopologyRun:
         self.stats.pending = wave.pending
         self._acks_due = self._acks_due or wave.acks_behind  # the next waves' reports say what they settled
         self.stats.spout_emits_seen += wave.spout_emits
+        ended, statuses = time.monotonic(), wave.spouts.values()
+        settled = sum(status.acked + status.failed for _, status in statuses)
+        self.stats.busy(ended - wave.seconds, ended, sum(status.emitted for _, status in statuses), settled)
         self.snapshot_timer.emitted(wave.wave, {task: status.emitted for task, (_, status) in wave.spouts.items()})
         self._apply_spout_statuses(wave.spouts)
         for acker, (merged, settled) in wave.ackers.items():  # Storm's __acker: executed acks, emitted settlements

@@ -122,8 +122,25 @@ class RunStats:
     state_seconds: float = 0.0  # the driver's time applying stateful tasks' changes and writing checkpoints
     wave_seconds: float = 0.0  # the time waves were running: each completed wave's own time, summed
     inbox_peak_bytes: int = 0  # the most any worker's inbox held at once while the last completed wave ran
+    # From the start of the first wave a spout emitted in to the end of the last that settled a tree (monotonic)
+    busy_from: float | None = None
+    busy_to: float | None = None
     tasks: dict[tuple[str, int], ComponentStats] = field(default_factory=dict)  # (component, task) -> its own
     errors: deque[ErrorReport] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))  # the last ones
+
+    def busy(self, started: float, ended: float, emitted: int, settled: int) -> None:
+        """A wave that ran from ``started`` to ``ended`` (``time.monotonic()``): its spouts' emits and settled
+        trees widen the span the spouts' throughput is measured over."""
+        if emitted and self.busy_from is None:
+            self.busy_from = started
+        if settled and self.busy_from is not None:
+            self.busy_to = ended
+
+    def spout_throughput(self, acked: int) -> float | None:
+        """``acked`` trees a second over the busy span, or None before a tree settled."""
+        if self.busy_from is None or self.busy_to is None or self.busy_to <= self.busy_from:
+            return None
+        return acked / (self.busy_to - self.busy_from)
 
     def of_task(self, component: str, task: int) -> ComponentStats:
         stats = self.tasks.get((component, task))
