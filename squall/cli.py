@@ -106,6 +106,13 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="on Ctrl-C, seconds pending trees get to finish before they are failed back to their source",
 )
+@click.option(
+    "--progress-secs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="when the output is not a terminal (nohup, CI, a pipe), print a line of progress this often",
+)
 def run(
     path,
     conf_pairs,
@@ -119,6 +126,7 @@ def run(
     ui_host,
     no_ui,
     kill_wait,
+    progress_secs,
 ) -> None:
     """Run the topology a file declares, with progress, a web UI and a closing summary.
 
@@ -143,6 +151,7 @@ def run(
             ui_host=ui_host,
             ui=not no_ui,
             kill_wait=kill_wait,
+            progress_secs=progress_secs,
         )
     except SquallError as exc:
         click.echo(f"squall: {exc}", err=True)
