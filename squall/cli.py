@@ -41,11 +41,35 @@ def conf_pairs_with(conf_file: str | None, pairs: list[str]) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in conf.items()]
 
 
-@click.group()
+VERBOSE_HELP = "log what squall does, on stderr (before or after the subcommand)"
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, verbose: bool) -> None:
+    if verbose:
+        logging.getLogger().setLevel(logging.INFO)
+
+
+def verbose_option(command: click.Command) -> click.Command:
+    """``-v``/``--verbose`` on a subcommand too, so that ``squall run FILE -v`` logs as ``squall -v run FILE`` does."""
+    return click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_set_verbose, help=VERBOSE_HELP)(
+        command
+    )
+
+
+class VerboseGroup(click.Group):
+    """A group whose every subcommand takes ``-v``/``--verbose`` as well as the group itself."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        verbose_option(cmd)
+        super().add_command(cmd, name)
+
+
+@click.group(cls=VerboseGroup)
 @click.version_option(package_name="squall")
-@click.option("-v", "--verbose", is_flag=True, help="log squall's progress")
+@click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
 def main(verbose: bool) -> None:
     """squall: Storm's processing guarantees for Python, on Apache Spark."""
+    # Before the subcommand's options are read: a -v after the subcommand raises the level set here.
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -82,8 +106,27 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="on Ctrl-C, seconds pending trees get to finish before they are failed back to their source",
 )
+@click.option(
+    "--progress-secs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="when the output is not a terminal (nohup, CI, a pipe), print a line of progress this often",
+)
 def run(
-    path, conf_pairs, conf_file, spark_pairs, master, name, duration, idle_secs, ui_port, ui_host, no_ui, kill_wait
+    path,
+    conf_pairs,
+    conf_file,
+    spark_pairs,
+    master,
+    name,
+    duration,
+    idle_secs,
+    ui_port,
+    ui_host,
+    no_ui,
+    kill_wait,
+    progress_secs,
 ) -> None:
     """Run the topology a file declares, with progress, a web UI and a closing summary.
 
@@ -108,6 +151,7 @@ def run(
             ui_host=ui_host,
             ui=not no_ui,
             kill_wait=kill_wait,
+            progress_secs=progress_secs,
         )
     except SquallError as exc:
         click.echo(f"squall: {exc}", err=True)

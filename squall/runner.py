@@ -10,6 +10,7 @@ called after each commit with what each commit-phase bolt emitted.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.util
 import json
 import os
@@ -39,6 +40,7 @@ DEFAULT_CHECKPOINT_DIR = ".squall-state/checkpoints"  # squall run's, under the 
 RATE_SECS = 1.0  # the live table's rates are over about this long
 DEFAULT_UI_PORT = 8080
 DEFAULT_KILL_WAIT_SECS = 5.0  # Ctrl-C's wait for pending trees
+DEFAULT_PROGRESS_SECS = 10.0  # with no terminal to draw the live table on, a progress line this often
 
 
 def split_pairs(pairs: list[str], option: str) -> list[tuple[str, str]]:
@@ -157,6 +159,33 @@ class LiveTable:
         return table
 
 
+class ProgressLines:
+    """``squall run``'s progress when its output is not a terminal (nohup, CI, a pipe): one plain line at a time,
+    of the spouts' tuples so far, their emit rate since the last line and their complete latency so far."""
+
+    def __init__(self, run: Run, clock=time.monotonic) -> None:
+        self.run, self._clock = run, clock
+        self._started = self._last_time = clock()
+        self._last_emitted = 0
+
+    def line(self) -> str:
+        run, now = self.run, self._clock()
+        total = run.stats.spout_totals(list(run.topology.spouts))
+        seconds = now - self._last_time
+        rate = (total.emitted - self._last_emitted) / seconds if seconds > 0 else 0.0
+        self._last_time, self._last_emitted = now, total.emitted
+        p50, p99 = total.latency_percentile(50), total.latency_percentile(99)
+        latency = f"p50 {p50:.0f} ms p99 {p99:.0f} ms" if p50 is not None and p99 is not None else "-"
+        elapsed = datetime.timedelta(seconds=round(now - self._started))
+        line = (
+            f"progress {elapsed}: emitted {total.emitted} ({rate:.0f}/s), acked {total.acked}, "
+            f"failed {total.failed}, pending trees {run.stats.pending}, complete latency {latency}"
+        )
+        if run.kind == TRANSACTIONAL:
+            line += f", transactions committed {len(run.commits)}"
+        return line
+
+
 def summary_table(run: Run) -> Table:
     """What the spouts' tuples came to, one figure a line."""
     total = run.stats.spout_totals(list(run.topology.spouts))
@@ -211,13 +240,17 @@ def run_file(
     ui_host: str | None = None,
     ui: bool = True,
     kill_wait: float = DEFAULT_KILL_WAIT_SECS,
+    progress_secs: float = DEFAULT_PROGRESS_SECS,
 ) -> Run:
     """Run the topology of ``path`` until idle, ``duration``, ``squall kill`` or Ctrl-C; raises ``TopologyFailed``
     if a failure stopped it.
 
     The web UI, REST API and /metrics are served on ``ui_host:ui_port`` (127.0.0.1:8080, or a free port when
     8080 is taken and no port was asked for) unless ``ui`` is false. Ctrl-C stops the topology as ``squall kill``
-    does, waiting up to ``kill_wait`` seconds for pending trees."""
+    does, waiting up to ``kill_wait`` seconds for pending trees.
+
+    On a terminal, progress is a live table; otherwise (output to a file or a pipe) it is a plain line every
+    ``progress_secs`` seconds, and the table is printed once at the end."""
     from squall.cluster import LocalCluster
 
     console = console or Console()
@@ -270,11 +303,20 @@ def run_file(
         started = time.monotonic()
         model = run.topology  # the component graph, for either kind of topology
         table = LiveTable(run.stats, model)
-        with Live(table.render(), console=console, refresh_per_second=2) as live:
+        terminal = console.is_terminal and not console.is_dumb_terminal
+        progress = ProgressLines(run)
+        last_line = time.monotonic()
+        live_display = Live(table.render(), console=console, refresh_per_second=2) if terminal else None
+        with live_display if live_display is not None else contextlib.nullcontext() as live:
             stop_wait = None
             while True:
                 time.sleep(0.25)
-                live.update(table.render())
+                rendered = table.render()  # without a terminal too, so that the closing table has rates
+                if live is not None:
+                    live.update(rendered)
+                elif time.monotonic() - last_line >= progress_secs:
+                    last_line = time.monotonic()
+                    console.print(progress.line(), highlight=False, markup=False, soft_wrap=True)
                 if name in cluster.failures:  # first: a failure is never read as the idle stop
                     break
                 if interrupted.is_set():
@@ -289,7 +331,10 @@ def run_file(
                     break
             with contextlib.suppress(SquallError):  # squall kill may have got there first
                 cluster.kill_topology(name, stop_wait)
-            live.update(table.render())
+            if live is not None:
+                live.update(table.render())
+            else:
+                console.print(table.render())
             failure = cluster.take_failure(name)
             why = run.not_started() if failure is None else None
             if why is not None:  # stopped (a duration, a kill) before its tasks were ever up

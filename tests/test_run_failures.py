@@ -20,20 +20,26 @@ from pathlib import Path
 
 import pytest
 
+import squall
 from squall import BasicBolt, Spout, SquallError, TopologyBuilder, TopologyFailed
 from squall.cluster import LocalCluster
 from squall.spark.context import check_java, java_major
 from squall.testing import FeederSpout, TestCluster
 from squall.transactional import BatchBolt, MemoryTransactionalSpout, TransactionalTopologyBuilder
 
+SQUALL_ROOT = Path(squall.__file__).resolve().parent.parent  # the squall under test, for python -m squall.cli
 
-def squall_run(tmp_path: Path, source: str, *args: str, env: dict | None = None, timeout: float = 300):
-    """``squall run`` on a topology file written from ``source``, from ``tmp_path``; (exit code, stdout, stderr)."""
+
+def squall_run(
+    tmp_path: Path, source: str, *args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None
+):
+    """``squall run`` on a topology file written from ``source``, from ``cwd`` (default ``tmp_path``); (exit code,
+    stdout, stderr)."""
     path = tmp_path / "topology.py"
     path.write_text(textwrap.dedent(source))
     result = subprocess.run(
         [sys.executable, "-m", "squall.cli", "run", str(path), "--no-ui", *args],
-        cwd=tmp_path,
+        cwd=tmp_path if cwd is None else cwd,
         env=os.environ if env is None else env,
         capture_output=True,
         text=True,
@@ -397,7 +403,7 @@ def test_a_missing_java_is_one_line_that_says_what_to_install(tmp_path, java_hom
     env["PATH"] = str(nowhere)
     if java_home:
         env["JAVA_HOME"] = str(nowhere)
-    code, out, err = squall_run(tmp_path, FAILING_NEXT_TUPLE, env=env)
+    code, out, err = squall_run(tmp_path, FAILING_NEXT_TUPLE, env=env, cwd=SQUALL_ROOT)
     assert code == 1
     where = (
         f"JAVA_HOME is {nowhere} but it has no bin/java" if java_home else "there is no java on PATH nor JAVA_HOME set"
@@ -407,6 +413,46 @@ def test_a_missing_java_is_one_line_that_says_what_to_install(tmp_path, java_hom
         "openjdk-17-jre-headless) and put its java on PATH or set JAVA_HOME to it\n"
     )
     assert "JAVA_GATEWAY_EXITED" not in out + err
+
+
+OLD_JAVA = """#!/bin/sh
+echo 'openjdk version "11.0.2" 2019-01-15' >&2
+echo 'OpenJDK Runtime Environment 18.9 (build 11.0.2+9)' >&2
+"""
+
+
+def test_a_java_that_passed_is_not_run_again(tmp_path):
+    runs = tmp_path / "runs"
+    java = tmp_path / "java"
+    java.write_text(f"#!/bin/sh\necho run >> {runs}\necho 'openjdk version \"21.0.1\" 2023-10-17' >&2\n")
+    java.chmod(0o755)
+    env = {"PATH": str(tmp_path)}
+    check_java(env)
+    check_java(env)
+    assert runs.read_text() == "run\n"
+
+
+@pytest.mark.parametrize("java_home", [False, True])
+def test_a_java_older_than_17_is_one_line_that_says_what_to_install(tmp_path, java_home):
+    """A machine whose java is Java 11: refused before Spark starts, not a JVM that dies on Spark's classes."""
+    bin_dir = tmp_path / "jdk-11" / "bin"
+    bin_dir.mkdir(parents=True)
+    java = bin_dir / "java"
+    java.write_text(OLD_JAVA)
+    java.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    if java_home:
+        env["JAVA_HOME"] = str(bin_dir.parent)
+        env["PATH"] = str(tmp_path)  # no java there: JAVA_HOME's is the one Spark would run
+    else:
+        env["PATH"] = str(bin_dir)
+    code, out, err = squall_run(tmp_path, FAILING_NEXT_TUPLE, env=env, cwd=SQUALL_ROOT)
+    assert code == 1
+    assert err == (
+        f"squall: Spark needs Java 17+, and {java} is Java 11: install a Java 17+ runtime (Debian/Ubuntu: apt-get "
+        "install openjdk-17-jre-headless) and put its java on PATH or set JAVA_HOME to it\n"
+    )
+    assert "Traceback" not in out + err
 
 
 UNSHIPPABLE = """

@@ -86,10 +86,13 @@ def java_major(version_text: str) -> int | None:
     return int(found.group(2)) if major == 1 and found.group(2) else major
 
 
+_JAVA_CHECKED: set[tuple[str, int, float]] = set()  # (path, size, mtime) of each java that passed
+
+
 def check_java(environ: Mapping[str, str] | None = None) -> None:
     """The java Spark's launcher will run (``$JAVA_HOME/bin/java``, else ``java`` on ``PATH``, as
     ``spark-class`` chooses) exists and is Java 17 or newer, or ``SquallError`` in one line saying what to
-    install, instead of PySpark's ``JAVA_GATEWAY_EXITED`` traceback."""
+    install, instead of PySpark's ``JAVA_GATEWAY_EXITED`` traceback. A java that passed is not run again."""
     env = os.environ if environ is None else environ
     home = env.get("JAVA_HOME")
     if home:
@@ -105,6 +108,13 @@ def check_java(environ: Mapping[str, str] | None = None) -> None:
                 f"Spark needs Java {MIN_JAVA}+, and there is no java on PATH nor JAVA_HOME set: {JAVA_HELP}"
             )
     try:
+        found = os.stat(java)
+        seen = (os.path.realpath(java), found.st_size, found.st_mtime)
+    except OSError:
+        seen = None
+    if seen in _JAVA_CHECKED:
+        return
+    try:
         shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, env=dict(env))
     except (OSError, subprocess.SubprocessError) as exc:
         raise SquallError(f"Spark needs Java {MIN_JAVA}+, and {java} does not run ({exc}): {JAVA_HELP}") from exc
@@ -113,6 +123,8 @@ def check_java(environ: Mapping[str, str] | None = None) -> None:
         log.warning("could not tell the version of %s; Spark needs Java %d+", java, MIN_JAVA)
     elif major < MIN_JAVA:
         raise SquallError(f"Spark needs Java {MIN_JAVA}+, and {java} is Java {major}: {JAVA_HELP}")
+    if seen is not None:
+        _JAVA_CHECKED.add(seen)
 
 
 def spark_context(
