@@ -273,6 +273,26 @@ class LocalCluster:
     def stats(self, name: str) -> RunStats:
         return self.runs[name].stats
 
+    def wait_idle(self, name: str, idle_secs: float = 1.0, timeout: float | None = None) -> RunStats:
+        """Block until topology ``name`` has had no tree pending and moved nothing for ``idle_secs`` (its spouts
+        have run dry), then return its stats; the topology keeps running. Raises the ``TopologyFailed`` that
+        stopped it, if one did, and ``TimeoutError`` after ``timeout`` seconds. Called on the caller's thread;
+        it only reads the run's state."""
+        run = self.runs.get(name)
+        if run is None:
+            raise SquallError(f"no topology named {name!r} is running")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while run.idle_for() < idle_secs:
+            failure = self.take_failure(name)
+            if failure is not None:
+                raise failure
+            if name not in self.runs:
+                raise SquallError(f"topology {name!r} was killed while waiting for it to go idle")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"topology {name!r} was not idle for {idle_secs:g}s within {timeout:g}s")
+            time.sleep(0.02)
+        return run.stats
+
     def take_failure(self, name: str) -> TopologyFailed | None:
         """The failure that stopped topology ``name``, if one did; once taken, ``shutdown`` does not raise it."""
         failure = self.failures.get(name)
