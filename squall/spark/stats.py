@@ -115,8 +115,9 @@ class ComponentStats:
 
     @property
     def process_latency_ms(self) -> float | None:
-        """A bolt's mean time per tuple from reaching its worker to the end of its execute, in milliseconds."""
-        return self.process_seconds / self.executed * 1000 if self.executed else None
+        """A bolt's mean time per tuple from reaching its worker to the end of its execute, in milliseconds; None
+        where it is not measured (the acker tasks, a transactional topology's batches)."""
+        return self.process_seconds / self.executed * 1000 if self.executed and self.process_seconds else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,7 +302,8 @@ def window_figures(sums: Mapping[Hashable, float], cid: str, kind: str, tasks: l
         return figures
     figures = {f: count(f) for f in ("executed", "emitted", "acked", "failed", "errors")}
     figures["executeLatencyMs"] = _per(sums, (cid, "busy"), (cid, "executed"), 1000)
-    figures["processLatencyMs"] = _per(sums, (cid, "process"), (cid, "executed"), 1000)
+    measured = sums.get((cid, "process"), 0)  # none for the acker tasks, or a transactional topology's batches
+    figures["processLatencyMs"] = _per(sums, (cid, "process"), (cid, "executed"), 1000) if measured else None
     running = sums.get((TOPOLOGY, "waveSeconds"), 0)
     busiest = max((sums.get((cid, "busy", t), 0) for t in tasks), default=0)
     figures["capacity"] = round(min(busiest / running, 1.0), 3) if running else 0.0
