@@ -187,7 +187,9 @@ def visualize(path, fmt, conf_pairs, conf_file, output) -> None:
 
 def _url_option(command):
     return click.option(
-        "--url", default="http://127.0.0.1:8080", show_default=True, help="the web UI of a running squall run"
+        "--url",
+        help="the web UI of a running squall run (default: the one of this user on this machine that serves the"
+        " topology, whatever port it took; with none found, http://127.0.0.1:8080)",
     )(command)
 
 
@@ -211,35 +213,51 @@ def _fail(exc: Exception) -> None:
     sys.exit(1)
 
 
-def _control(url: str, name: str, action: str, done: str, wait: float | None = None, token: str | None = None) -> None:
-    """``action`` on topology ``name`` through the REST API, with the token; says ``done`` or why not."""
+def _control(
+    url: str | None, name: str, action: str, done: str, wait: float | None = None, token: str | None = None
+) -> None:
+    """``action`` on topology ``name`` through the REST API, with the token; says ``done`` or why not. With no
+    ``url``, the web UI of this user's that serves ``name``."""
     from squall.model.errors import SquallError
+    from squall.ui.client import url_serving
 
     try:
-        _client(url, token).control(name, action, wait)
+        _client(url or url_serving(name), token).control(name, action, wait)
     except SquallError as exc:
         _fail(exc)
     click.echo(f"{done} {name}")
 
 
 @main.command(name="list")
-@_url_option
-def list_topologies(url: str) -> None:
-    """List the topologies a running squall run serves, with their status and key figures."""
+@click.option(
+    "--url",
+    help="the web UI of a running squall run (default: every one this user runs on this machine, whatever port"
+    " each took; with none found, http://127.0.0.1:8080)",
+)
+def list_topologies(url: str | None) -> None:
+    """List the topologies running squall runs serve, with their status and key figures, and each one's web UI."""
     from squall.model.errors import SquallError
+    from squall.ui.client import local_urls
 
-    try:
-        topologies = _client(url).topologies()
-    except SquallError as exc:
-        _fail(exc)
-    if not topologies:
+    urls = [url] if url else local_urls()
+    listed, unreachable = [], []
+    for each in urls:
+        try:
+            listed += [(t, each) for t in _client(each).topologies()]
+        except SquallError as exc:
+            if len(urls) == 1:
+                _fail(exc)
+            unreachable.append(str(exc))  # one of several stopping meanwhile: the others are listed
+    for why in unreachable:
+        click.echo(f"squall: {why}", err=True)
+    if not listed:
         click.echo("no topologies running")
         return
-    click.echo(f"{'name':<24} {'status':<9} {'uptime':>9} {'waves':>9} {'pending':>9} {'restarts':>8}")
-    for t in topologies:
+    click.echo(f"{'name':<24} {'status':<9} {'uptime':>9} {'waves':>9} {'pending':>9} {'restarts':>8}  web UI")
+    for t, each in listed:
         click.echo(
             f"{t['name']:<24} {t['status']:<9} {t['uptimeSeconds']:>8.0f}s {t['waves']:>9}"
-            f" {t['pendingTrees']:>9} {t['workerRestarts']:>8}"
+            f" {t['pendingTrees']:>9} {t['workerRestarts']:>8}  {each}"
         )
 
 
@@ -248,7 +266,7 @@ def list_topologies(url: str) -> None:
 @click.option("--wait", "-w", type=float, default=30.0, show_default=True, help="seconds pending trees get to finish")
 @_url_option
 @_token_option
-def kill(name: str, wait: float, url: str, token: str | None) -> None:
+def kill(name: str, wait: float, url: str | None, token: str | None) -> None:
     """Stop a topology as storm kill -w does: deactivate its spouts, let pending trees finish for up to WAIT
     seconds, fail those left back to their source, and close it."""
     _control(url, name, "kill", "killed", wait, token)
@@ -258,7 +276,7 @@ def kill(name: str, wait: float, url: str, token: str | None) -> None:
 @click.argument("name")
 @_url_option
 @_token_option
-def deactivate(name: str, url: str, token: str | None) -> None:
+def deactivate(name: str, url: str | None, token: str | None) -> None:
     """Pause a topology's spouts (Storm's deactivate)."""
     _control(url, name, "deactivate", "deactivated", token=token)
 
@@ -267,7 +285,7 @@ def deactivate(name: str, url: str, token: str | None) -> None:
 @click.argument("name")
 @_url_option
 @_token_option
-def activate(name: str, url: str, token: str | None) -> None:
+def activate(name: str, url: str | None, token: str | None) -> None:
     """Resume a topology's spouts (Storm's activate)."""
     _control(url, name, "activate", "activated", token=token)
 

@@ -15,6 +15,7 @@ import urllib.request
 from contextlib import closing
 
 import pytest
+from components import Router, StreamRecorder
 from servers import wait_for
 
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
@@ -216,6 +217,81 @@ def test_rest_api_and_metrics_give_exact_figures(spark):
         with pytest.raises(urllib.error.HTTPError) as missing:
             get(f"{url}/api/v1/topology/nothing")
         assert missing.value.code == 404
+
+        # Storm's windows: the run is younger than 10 minutes, so every window holds all it did
+        windows = ("600", "10800", "86400", "all")
+        detail = get(f"{url}/api/v1/topology/numbers")
+        rows = [(r["window"], r["emitted"], r["acked"], r["failed"]) for r in detail["topologyStats"]]
+        assert rows == [(w, 30, 19, 11) for w in windows]
+        assert [r["windowPretty"] for r in detail["topologyStats"]] == ["10m 0s", "3h 0m 0s", "1d 0h 0m 0s", "All time"]
+        assert all(r["completeLatencyMs"] > 0 for r in detail["topologyStats"])
+        (numbers,) = detail["spouts"]
+        for w in windows:
+            counts = {f: numbers["windows"][w][f] for f in ("emitted", "acked", "failed", "timedOut", "errors")}
+            assert counts == {"emitted": 30, "acked": 19, "failed": 11, "timedOut": 0, "errors": 0}
+            assert numbers["windows"][w]["completeLatencyMs"] > 0
+        check = detail["bolts"][0]
+        for w in windows:
+            counts = {f: check["windows"][w][f] for f in ("executed", "emitted", "acked", "failed", "errors")}
+            assert counts == {"executed": 30, "emitted": 0, "acked": 19, "failed": 11, "errors": 1}
+            assert check["windows"][w]["processLatencyMs"] > 0 and check["windows"][w]["executeLatencyMs"] > 0
+        assert check["processLatencyMs"] > 0
+        assert detail["streams"] == [
+            {"source": "numbers", "stream": "default", "target": "check", "executed": dict.fromkeys(windows, 30)}
+        ]
+        component = get(f"{url}/api/v1/topology/numbers/component/check")
+        assert component["inputs"] == detail["streams"] and component["outputs"] == []
+        assert component["windows"]["600"]["executed"] == 30
+
+        # the workers: LocalCluster's two, each with its host, pid, memory and tasks
+        workers = detail["workers"]
+        assert [w["worker"] for w in workers] == [0, 1]
+        assert {w["host"] for w in workers} == {socket.gethostname()}
+        assert len({w["pid"] for w in workers}) == 2 and os.getpid() not in {w["pid"] for w in workers}
+        assert all(w["memoryBytes"] > 0 and w["uptimeSeconds"] > 0 for w in workers)
+        hosted = sorted(task for w in workers for task in w["tasks"])
+        expected = [f"check:{t}" for t in run.topology.task_ids("check")]
+        expected += [f"numbers:{t}" for t in run.topology.task_ids("numbers")]
+        expected += [f"__acker:{t}" for t in run.acker_task_ids]
+        assert hosted == sorted(expected)
+
+        # the charts' points, a second apart: the spouts' rates, complete latency and pending trees
+        wait_for(lambda: len(get(f"{url}/api/v1/topology/numbers/series")["points"]) >= 2, "two chart points")
+        points = get(f"{url}/api/v1/topology/numbers/series")["points"]
+        assert all(
+            p.keys() == {"time", "emitted", "acked", "failed", "completeLatencyMs", "pendingTrees"} for p in points
+        )
+        assert [p["time"] for p in points] == sorted(p["time"] for p in points)
+
+
+def test_each_stream_is_counted_apart(spark):
+    """A bolt that emits on two streams: what each bolt executed of each stream, in every window."""
+    b = TopologyBuilder()
+    b.set_spout("numbers", Numbers(10))
+    b.set_bolt("router", Router(), 2).shuffle_grouping("numbers")
+    b.set_bolt("both", StreamRecorder(), 2).shuffle_grouping("router", stream="even").shuffle_grouping(
+        "router", stream="odd"
+    )
+    b.set_bolt("evens", StreamRecorder()).shuffle_grouping("router", stream="even")
+    with LocalCluster({"squall.ui.port": 0}) as cluster:
+        run = cluster.submit_topology("streams", {}, b.build())
+        wait_for(lambda: run.stats.of("numbers").acked == 10, "the trees acked")
+        streams = get(f"{cluster.ui.url}/api/v1/topology/streams")["streams"]
+        counted = [(s["source"], s["stream"], s["target"], s["executed"]) for s in streams]
+        every = ("600", "10800", "86400", "all")
+        assert counted == [
+            ("numbers", "default", "router", dict.fromkeys(every, 10)),
+            ("router", "even", "both", dict.fromkeys(every, 5)),
+            ("router", "even", "evens", dict.fromkeys(every, 5)),
+            ("router", "odd", "both", dict.fromkeys(every, 5)),
+        ]
+        router = get(f"{cluster.ui.url}/api/v1/topology/streams/component/router")
+        assert [(s["stream"], s["target"]) for s in router["outputs"]] == [
+            ("even", "both"),
+            ("even", "evens"),
+            ("odd", "both"),
+        ]
+        assert router["windows"]["600"]["emitted"] == 10
 
 
 def test_timeouts_on_simulated_time_reach_the_api_exactly(spark):

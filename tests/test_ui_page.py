@@ -1,6 +1,8 @@
 """The web page in a real browser: headless Chromium (Debian's chromium and chromium-driver) drives the live page.
-Its figures match the REST API and change as the topology runs; the screenshot in docs/operations.md is taken
-here (``SQUALL_UI_SCREENSHOT=path`` writes it there as well)."""
+Its figures match the REST API and change as the topology runs, in the 10-minute window as in all time; its
+charts grow a point a second; it lists the workers and the configuration with its secrets masked; and its
+activate, deactivate and kill buttons, given the token the run wrote for its user, act on the topology. The
+screenshot in docs/operations.md is taken here (``SQUALL_UI_SCREENSHOT=path`` writes it there as well)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from functools import partial
 
 import pytest
 import servers
+from selenium.webdriver.common.by import By
 from servers import require
 
 from squall import Bolt, LocalCluster, Spout, TopologyBuilder
@@ -109,7 +112,8 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
     b.set_bolt("sink", Sink(), 2).shuffle_grouping("count")
     with LocalCluster({"squall.ui.port": 0}) as cluster:
         url = cluster.ui.url
-        run = cluster.submit_topology("words", {}, b.build())
+        conf = {"words.source.password": "hunter2", "words.source.url": "redis://reader:hunter3@localhost:6379"}
+        run = cluster.submit_topology("words", conf, b.build())
         spout.feed(["storm", "spark", "tuple", "acker"] * 25)
         wait_for(lambda: run.stats.of("words").acked + run.stats.of("words").failed == 100, "the first 100 settled")
 
@@ -148,8 +152,72 @@ def test_the_live_page_shows_the_rest_api_figures_and_follows_the_topology(spark
         count_rows = "return document.querySelectorAll('#bolts tr.tasks').length"
         wait_for(lambda: browser.execute_script(count_rows) == 2, "count's task rows")
 
+        # Storm's windows: the 10-minute window holds everything so far (the run is younger), in the tables and
+        # in the topology stats, as the REST API gives it
+        browser.execute_script("document.querySelector('#windows button[data-window=\"600\"]').click()")
+        wait_for(lambda: text_of('#windows button[aria-pressed="true"]') == "10m 0s", "the 10-minute window chosen")
+        windowed = api(f"{url}/api/v1/topology/words")
+        spout_600 = windowed["spouts"][0]["windows"]["600"]
+        assert (spout_600["emitted"], spout_600["acked"], spout_600["failed"]) == (300, 225, 75)
+        assert all(shown("spout", "words", f) == str(spout_600[f]) for f in FIGURES)
+        assert shown("bolt", "count", "executed") == "300" and shown("bolt", "sink", "executed") == "225"
+        assert [text_of(f'td[data-figure="window:600:{f}"]') for f in FIGURES] == ["300", "225", "75"]
+        assert text_of('td[data-figure="stream:count:default:sink"]') == "225"
+
+        # the charts: a point a second, drawn as SVG polylines by the page itself
+        def points(chart: str, line: str) -> list[str]:
+            script = "return document.querySelector(arguments[0]).getAttribute('points');"
+            drawn = browser.execute_script(script, f'svg[data-chart="{chart}"] polyline[data-series="{line}"]')
+            return drawn.split()
+
+        before = points("throughput", "acked")
+        wait_for(lambda: len(points("throughput", "acked")) >= len(before) + 2, "the throughput chart to grow")
+        spout.feed(["spark", "tuple"] * 10)  # 20 more acked: the acked line rises off its floor
+        wait_for(lambda: shown("spout", "words", "acked") == "245", "the page to show 245 acked")
+        wait_for(lambda: len(points("pending", "pendingTrees")) >= 2, "the pending-trees chart")
+        assert len(points("failures", "failed")) >= 2
+
+        # the workers, and the configuration with its secrets masked
+        workers = api(f"{url}/api/v1/topology/words")["workers"]
+        assert len(workers) == 2  # LocalCluster on local[2]
+        wait_for(
+            lambda: browser.execute_script("return document.querySelectorAll('#workers tbody tr').length") == 2,
+            "workers",
+        )
+        for worker in workers:
+            assert text_of(f'td[data-figure="worker:{worker["worker"]}:pid"]') == str(worker["pid"])
+        assert text_of('td[data-config="words.source.password"]') == "***"
+        assert text_of('td[data-config="words.source.url"]') == "redis://reader:***@localhost:6379"
+        assert "hunter" not in browser.page_source
+
+        # the actions need the token: a wrong one is refused, and nothing changes
+        token_box = browser.find_element(By.ID, "token")
+        token_box.send_keys("not-the-token")
+        browser.find_element(By.ID, "deactivate").click()
+        wait_for(lambda: text_of("#action-result").startswith("deactivate: 401"), "the refusal")
+        assert run.wanted_active
+        # the user gives the token the run wrote for them
+        token_box.clear()
+        token_box.send_keys(cluster.ui.token_file.read_text())
+        browser.find_element(By.ID, "deactivate").click()
+        wait_for(lambda: text_of('td[data-figure="status"]') == "INACTIVE", "INACTIVE on the page")
+        assert not run.wanted_active and text_of("#action-result") == "deactivate: done"
+        browser.find_element(By.ID, "activate").click()
+        wait_for(lambda: text_of('td[data-figure="status"]') == "ACTIVE", "ACTIVE again on the page")
+        assert run.wanted_active
+        spout.feed(["spark"] * 5)
+        wait_for(lambda: shown("spout", "words", "acked") == "250", "the page to show 250 acked after activate")
+
         screenshot = tmp_path / "web-ui.png"
         assert browser.save_screenshot(str(screenshot))
         assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         if os.environ.get("SQUALL_UI_SCREENSHOT"):
             shutil.copy(screenshot, os.environ["SQUALL_UI_SCREENSHOT"])
+
+        kill_wait = browser.find_element(By.ID, "kill-wait")
+        kill_wait.clear()
+        kill_wait.send_keys("0")
+        browser.find_element(By.ID, "kill").click()
+        browser.switch_to.alert.accept()  # "Kill words? ..."
+        wait_for(lambda: text_of('td[data-figure="status"]') == "KILLED", "KILLED on the page")
+        assert "words" not in cluster.runs and api(f"{url}/api/v1/topology/summary") == {"topologies": []}

@@ -259,6 +259,8 @@ class TaskStatus:
     state_seconds: float = 0.0  # the time it took to save them
     busy_seconds: float = 0.0  # executing its batches' tuples
     snapshot_seconds: float = 0.0  # writing its state as an interval snapshot (``snapshots.py``)
+    process_seconds: float = 0.0  # summed over its tuples: from its batch reaching the worker to its execute's end
+    inputs: dict[tuple[str, str], int] = field(default_factory=dict)  # (source component, stream) -> executed
     errors: list[str] = field(default_factory=list)
     unpicklable: list[str] = field(default_factory=list)  # left out of the task's snapshot, and not made by prepare()
     repeated: str | None = None  # why the task's run of one repeated error stops the topology (failures.ErrorStreak)
@@ -321,6 +323,7 @@ class WorkerReport:
     cpu_seconds: float = 0.0  # the worker process's CPU time when it sent this: the driver reads its load
     buffered_bytes: int = 0  # received and not yet handled, and sent to peers and not yet acknowledged by them
     inbox_peak_bytes: int = 0  # the most its inbox held at once since its report before
+    memory_bytes: int = 0  # the worker process's resident memory when it sent this (0: unknown)
 
 
 @wire

@@ -136,6 +136,19 @@ def hub_host(sc: SparkContext) -> str:
     return conf.get("spark.driver.bindAddress") or conf.get("spark.driver.host") or "0.0.0.0"
 
 
+@dataclass(frozen=True)
+class WorkerSummary:
+    """A connected worker, as the web UI lists it."""
+
+    worker: int
+    host: str
+    pid: int
+    started_at: float  # time.time() when it said hello
+    tasks: list[int]  # the bolt and spout tasks it hosts
+    ackers: list[int]  # the acker tasks it hosts, by acker index
+    memory_bytes: int | None  # its resident memory as of its last report; None before one (or where unknown)
+
+
 class WaveScheduler:
     tasks_up = False  # every task of the current generation has completed a wave: each was set up
     # Called with (component, task, text) when a worker could not set up a task (``WorkerFailed``).
@@ -207,6 +220,8 @@ class WaveScheduler:
         self._stall_warned_at = time.monotonic()
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
         self.link_buffers: dict[int, int] = {}  # worker -> bytes its links held, as of its last report
+        self.hellos: dict[int, tuple[str, int, float]] = {}  # worker -> (host, pid, time.time() of its hello)
+        self.worker_memory: dict[int, int] = {}  # worker -> its process's resident bytes, as of its last report
         self.inbox_peaks: dict[int, int] = {}  # wave -> the most a worker's inbox held while it ran
         self.dropped_checkpoints: list[int] = []  # checkpoint waves dropped by a restart: they will not complete
         # A transactional topology's driver hears its own messages (``BatchReport``) and each new generation here.
@@ -400,6 +415,7 @@ class WaveScheduler:
                 if self.balancer is not None:
                     self.balancer.observe(message.worker, message.cpu_seconds, time.monotonic())
                 self.link_buffers[message.worker] = message.buffered_bytes
+                self.worker_memory[message.worker] = message.memory_bytes
                 if message.reports:
                     wave = message.reports[0].wave
                     self.inbox_peaks[wave] = max(self.inbox_peaks.get(wave, 0), message.inbox_peak_bytes)
@@ -437,6 +453,8 @@ class WaveScheduler:
         previous = self._connections.get(hello.worker)
         self._connections[hello.worker] = connection
         self._addresses[hello.worker] = hello.address
+        self.hellos[hello.worker] = (hello.host, hello.pid, time.time())
+        self.worker_memory.pop(hello.worker, None)  # of the process before, if any
         if previous is not None:  # a retried attempt: the old connection is dead, whatever it says
             self.hub.close_connection(previous)
             self._lost(f"worker {hello.worker} started again (attempt {hello.attempt})")
@@ -463,6 +481,22 @@ class WaveScheduler:
             log.error("%s", self.failure)
             return
         self.job.start_here(self.hub, self.workers)
+
+    def worker_summaries(self) -> list[WorkerSummary]:
+        """The workers connected now, each with its host, pid, start, memory and the tasks it hosts; safe to call
+        from any thread."""
+        placement, spouts, ackers = dict(self.placement), dict(self.spout_workers), dict(self.acker_workers)
+        summaries = []
+        for worker in sorted(dict(self._connections)):
+            hello = self.hellos.get(worker)
+            if hello is None:
+                continue
+            host, pid, since = hello
+            tasks = sorted(t for t, w in [*placement.items(), *spouts.items()] if w == worker)
+            mine = sorted(a for a, w in ackers.items() if w == worker)
+            memory = self.worker_memory.get(worker)
+            summaries.append(WorkerSummary(worker, host, pid, since, tasks, mine, memory or None))
+        return summaries
 
     def buffered_bytes(self) -> tuple[int, int]:
         """Bytes held on the way: by the hub (to the workers, not yet sent), and by the workers' links (received

@@ -49,6 +49,8 @@ class ComponentStats:
     state_changes: int = 0  # a stateful bolt's keys put or deleted, each saved once per wave
     state_seconds: float = 0.0  # its tasks' time saving them
     busy_seconds: float = 0.0  # a bolt's tasks' time executing tuples
+    process_seconds: float = 0.0  # a bolt's tuples' times from reaching their worker to their execute's end
+    inputs: dict[tuple[str, str], int] = field(default_factory=dict)  # (source, stream) -> tuples executed
     latencies: HdrHistogram = field(default_factory=latency_histogram, repr=False)  # microseconds
     _latency_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -63,6 +65,12 @@ class ComponentStats:
         self.state_changes += status.state_changes
         self.state_seconds += status.state_seconds
         self.busy_seconds += status.busy_seconds
+        self.process_seconds += status.process_seconds
+        if status.inputs:
+            inputs = dict(self.inputs)  # replaced whole: a reader on another thread iterates the one it read
+            for key, n in status.inputs.items():
+                inputs[key] = inputs.get(key, 0) + n
+            self.inputs = inputs
 
     def record_buckets(self, values: np.ndarray, counts: np.ndarray) -> None:
         """Latencies as ``latency_buckets`` gives them: each bucket recorded once with its count."""
@@ -90,6 +98,12 @@ class ComponentStats:
                 return None
             return self.latencies.get_value_at_percentile(q) / 1000.0
 
+    def latency_total(self) -> tuple[int, float]:
+        """``(count, sum)`` of the complete latencies recorded, the sum in microseconds (from the histogram)."""
+        with self._latency_lock:
+            count = self.latencies.get_total_count()
+            return count, (self.latencies.get_mean_value() * count if count else 0.0)
+
     @property
     def latency_count(self) -> int:
         return self.latencies.get_total_count()
@@ -98,6 +112,12 @@ class ComponentStats:
     def execute_latency_ms(self) -> float | None:
         """A bolt's mean time per executed tuple, in milliseconds."""
         return self.busy_seconds / self.executed * 1000 if self.executed else None
+
+    @property
+    def process_latency_ms(self) -> float | None:
+        """A bolt's mean time per tuple from reaching its worker to the end of its execute, in milliseconds; None
+        where it is not measured (the acker tasks, a transactional topology's batches)."""
+        return self.process_seconds / self.executed * 1000 if self.executed and self.process_seconds else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,8 @@ class HostedTask:
         self.task = task
         self.readers = readers  # every downstream task, each sent a last batch per wave
         self.started = False  # it has begun its current wave
+        self.process_seconds = 0.0  # this wave's, for its report: see ``TaskStatus.process_seconds``
+        self.inputs: dict[tuple[str, str], int] = {}  # this wave's executes per (source component, stream)
 
 
 class Worker:
@@ -134,6 +136,11 @@ class Worker:
         self.gate = WaveGate()  # which messages are taken, and when a task executes a batch or ends a wave
         self.batches: Any = None  # a run of batches: its tasks here, as its ``RunSettings.batch_host`` hosts them
         self.final = False  # the run is over: nothing of it is kept in this Python process
+        self.arrivals: dict[int, float] = {}  # id of a batch taken and not executed yet -> when it was taken
+        self.mixed_streams = frozenset(  # components that emit on more than one stream: their batches are counted
+            cid for cid, spec in self.topology.components.items() if len(spec.streams) > 1
+        )
+        self._memory = (0.0, 0)  # (when read, resident bytes): read at most once a second
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
@@ -156,6 +163,7 @@ class Worker:
         if isinstance(message, Assign):
             self._assign(message)
         elif isinstance(message, Batch) and self.batches is None:
+            self.arrivals.setdefault(id(message), time.perf_counter())  # held by the gate: its first arrival
             self._carry_out(self.gate.handle(Arrived(message, batch=True)))
         else:
             for taken in self.gate.handle(Arrived(message)):
@@ -234,6 +242,7 @@ class Worker:
         self.snapshot_waves = set()
         self.reports = defaultdict(list)
         self.local.clear()
+        self.arrivals.clear()
         self.generation, self.placement = message.generation, message.placement
         # Restored tasks may have gone back to an older state: only what completes from now on lets blobs go.
         self.snapshot_horizon = self.checkpoint_horizon = 0
@@ -315,9 +324,23 @@ class Worker:
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
             buffered = self.inbox.buffered + self.links.unsent_bytes()
             report = WorkerReport(
-                self.reports.pop(wave), self.index, time.process_time(), buffered, self.inbox.take_peak()
+                self.reports.pop(wave),
+                self.index,
+                time.process_time(),
+                buffered,
+                self.inbox.take_peak(),
+                self._resident_bytes(),
             )
             self.channel.send(report)
+
+    def _resident_bytes(self) -> int:
+        """This process's resident memory, read from /proc at most once a second (0 where there is none)."""
+        read_at, resident = self._memory
+        now = time.monotonic()
+        if now - read_at >= 1.0:
+            resident = resident_bytes()
+            self._memory = (now, resident)
+        return resident
 
     def _assign_spouts(self, message: Assign, settings: RunSettings) -> None:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
@@ -374,6 +397,7 @@ class Worker:
 
     # -- waves ---------------------------------------------------------------------
     def _deliver(self, batch: Batch) -> None:
+        self.arrivals.setdefault(id(batch), time.perf_counter())
         self._carry_out(self.gate.handle(Arrived(batch, batch=True)))
 
     def _execute(self, task_id: int, batch: Batch) -> None:
@@ -384,8 +408,19 @@ class Worker:
             task.begin_wave(self.generation, batch.wave)
             task.collector.ship = self._send
             use_simulated_time(self.times.get(batch.wave))
+        arrived = self.arrivals.pop(id(batch), None)
         if batch.values:
             execute_batch(task, batch)
+            rows = len(batch.values)
+            if arrived is not None:
+                hosted.process_seconds += (time.perf_counter() - arrived) * rows
+            inputs, component = hosted.inputs, batch.component
+            if component in self.mixed_streams:
+                for stream in set(batch.streams):
+                    inputs[(component, stream)] = inputs.get((component, stream), 0) + batch.streams.count(stream)
+            else:
+                key = (component, batch.streams[0])
+                inputs[key] = inputs.get(key, 0) + rows
 
     def _end_wave(self, task_id: int, wave: int) -> None:
         hosted = self.tasks[task_id]
@@ -394,6 +429,8 @@ class Worker:
         for batch in collector.take_last_batches(hosted.readers):
             self._send(batch)
         status = collector.status
+        status.process_seconds, status.inputs = hosted.process_seconds, hosted.inputs
+        hosted.process_seconds, hosted.inputs = 0.0, {}
         checkpoint = self.checkpoints.get(wave)
         if checkpoint is not None and task.state is not None:
             try:
@@ -504,6 +541,15 @@ def switch_interval(ms: float) -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(before)
+
+
+def resident_bytes() -> int:
+    """The resident memory of this process in bytes, from ``/proc/self/statm`` (Linux); 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def run_worker(

@@ -6,6 +6,9 @@ host and port. A token file is used only for a URL that names the address its se
 for a loopback server, ``localhost``, ``127.0.0.1`` or ``::1``); a server bound to every address also answers
 to this machine's own name. A URL for any other host gets no token from a file: this machine's tokens never
 leave it.
+
+With no URL, the commands find the web UIs this user runs on this machine, whatever port each took, through the
+files they announce themselves in (``discovery``); with none found, they try ``DEFAULT_URL``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from squall.model.errors import SquallError
 from squall.security import tokens
+from squall.ui import discovery
 from squall.ui.server import SERVICE
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -98,3 +102,29 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _opener = urllib.request.build_opener(_NoRedirects)
+
+
+def local_urls() -> list[str]:
+    """The URLs of the web UIs this user runs on this machine (``discovery``); ``[DEFAULT_URL]`` if none."""
+    return [found.url for found in discovery.running_uis()] or [DEFAULT_URL]
+
+
+def url_serving(name: str) -> str:
+    """The URL of this machine's web UI that serves topology ``name``: the one among ``local_urls``."""
+    urls = local_urls()
+    if urls == [DEFAULT_URL]:
+        return DEFAULT_URL
+    serving = []
+    for url in urls:
+        try:
+            if any(t["name"] == name for t in UIClient(url, timeout=10).topologies()):
+                serving.append(url)
+        except SquallError:  # not answering: stopping, or not a squall run any more
+            continue
+    if len(serving) == 1:
+        return serving[0]
+    if not serving:
+        raise SquallError(
+            f"no squall run of this user on this machine serves a topology named {name!r}: {', '.join(urls)} do not"
+        )
+    raise SquallError(f"{', '.join(serving)} each serve a topology named {name!r}: choose one with --url")

@@ -3,12 +3,18 @@
 Read-only endpoints are open; the mutating ones (kill, deactivate, activate)
 need the token the server writes, at start, to a file only its user can read,
 named by the host it binds and its port (``token_path``): ``Authorization:
-Bearer <token>``. The server binds to 127.0.0.1 unless told otherwise.
+Bearer <token>``. The server binds to 127.0.0.1 unless told otherwise, and announces its URL to this user's
+``squall list`` (``discovery``).
+
+A thread samples every topology's counters once a second (and each request samples again), keeping Storm's
+windows and the charts' points (``history``).
 
     GET  /                                          the page
     GET  /api/v1/topology/summary                   every topology's summary
-    GET  /api/v1/topology/{name}                    a topology: spouts, bolts, graph, errors
-    GET  /api/v1/topology/{name}/component/{id}     a component and its tasks
+    GET  /api/v1/topology/{name}                    a topology: spouts, bolts, windows, streams, workers, ...
+    GET  /api/v1/topology/{name}/component/{id}     a component, its windows, streams and tasks
+    GET  /api/v1/topology/{name}/series             the charts' points, the last 10 minutes
+    GET  /api/v1/topology/{name}/events             server-sent events of the topology, for the page
     POST /api/v1/topology/{name}/kill?wait=SECS     Storm's ``kill -w``
     POST /api/v1/topology/{name}/deactivate         pause the spouts
     POST /api/v1/topology/{name}/activate           resume them
@@ -25,6 +31,8 @@ import math
 import secrets
 import socket
 import threading
+import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,12 +48,23 @@ from starlette.routing import Route
 
 from squall.model.errors import SquallError
 from squall.security import tokens
-from squall.ui.figures import component_detail, system_components, topology_detail, topology_summary
+from squall.ui import discovery
+from squall.ui.figures import (
+    chart_gauges,
+    chart_point,
+    component_detail,
+    cumulative_figures,
+    system_components,
+    topology_detail,
+    topology_summary,
+)
+from squall.ui.history import RunHistory
 from squall.ui.metrics import exposition
 
 log = logging.getLogger("squall.ui")
 
 EVENT_SECS = 1.0  # the page's figures are pushed this often
+SAMPLE_SECS = 1.0  # the windows and charts sample the counters this often
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SERVICE = "ui"  # its tokens are under ~/.squall/ui
 WILDCARD = tokens.WILDCARD
@@ -64,10 +83,20 @@ def _bind(host: str, port: int) -> socket.socket:
 
 class UIServer:
     """Serves ``cluster``'s topologies. ``port`` 0 takes any free port; ``fallback`` takes one when ``port`` is
-    in use, rather than failing."""
+    in use, rather than failing. ``clock`` gives the time the windows and charts are kept on."""
 
-    def __init__(self, cluster: Any, host: str = "127.0.0.1", port: int = 8080, fallback: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        host: str = "127.0.0.1",
+        port: int = 8080,
+        fallback: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.cluster = cluster
+        self.clock = clock
+        self._histories: dict[str, tuple[Any, RunHistory]] = {}  # name -> (its run, its history)
+        self._histories_lock = threading.Lock()
         try:
             self._socket = _bind(host, port)
         except SquallError:
@@ -86,6 +115,10 @@ class UIServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._serve, name="squall-ui", daemon=True)
         self._thread.start()
+        self._stop_sampling = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_every, name="squall-ui-sampler", daemon=True)
+        self._sampler.start()
+        self.announcement = discovery.announce(self.url, self.host, self.port)
 
     @property
     def url(self) -> str:
@@ -97,10 +130,37 @@ class UIServer:
 
     def close(self) -> None:
         self._closing = True  # ends the event streams
+        discovery.withdraw(self.announcement)
+        self._stop_sampling.set()
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self._sampler.join(timeout=10)
         self._socket.close()
         tokens.forget_token(self.token_file, self.token)
+
+    # -- windows and charts ------------------------------------------------------------
+    def _sample_every(self) -> None:
+        while not self._stop_sampling.wait(SAMPLE_SECS):
+            for name, (run, _) in self._runs().items():
+                try:
+                    self.history(name, run)
+                except Exception:  # a run being torn down: its next sample, if any, is whole
+                    log.debug("sampling %s failed", name, exc_info=True)
+
+    def history(self, name: str, run: Any) -> RunHistory:
+        """``run``'s history, sampled now: a run submitted again under the same name starts a new one."""
+        with self._histories_lock:
+            held = self._histories.get(name)
+            if held is None or held[0] is not run:
+                held = self._histories[name] = (run, RunHistory(chart_point))
+            for gone in [n for n in self._histories if n not in self.cluster.runs]:
+                del self._histories[gone]
+        history = held[1]
+        history.sample(self.clock(), cumulative_figures(run), chart_gauges(run))
+        return history
+
+    def windows(self, name: str, run: Any) -> dict[str, Any]:
+        return self.history(name, run).windows(self.clock())
 
     # -- the app ---------------------------------------------------------------------
     def _runs(self) -> dict[str, tuple[Any, bool]]:
@@ -128,27 +188,45 @@ class UIServer:
         async def topology(request: Request) -> Response:
             name = request.path_params["name"]
             run, failed = self._run(name)
-            return JSONResponse(topology_detail(name, run, failed))
+            detail = await run_in_threadpool(lambda: topology_detail(name, run, failed, self.windows(name, run)))
+            return JSONResponse(detail)
 
         async def component(request: Request) -> Response:
             name, cid = request.path_params["name"], request.path_params["component"]
             run, _ = self._run(name)
             if cid not in run.topology.components and cid not in system_components(run):
                 raise _NotFound(f"topology {name!r} has no component {cid!r}")
-            return JSONResponse(component_detail(name, run, cid))
+            detail = await run_in_threadpool(lambda: component_detail(name, run, cid, self.windows(name, run)))
+            return JSONResponse(detail)
+
+        async def series(request: Request) -> Response:
+            name = request.path_params["name"]
+            run, _ = self._run(name)
+            return JSONResponse({"topology": name, "points": self.history(name, run).points_after()})
 
         async def events(request: Request) -> Response:
-            """Server-sent events: a topology's figures every EVENT_SECS, for the page."""
+            """Server-sent events: a topology's figures every EVENT_SECS, for the page, each with the charts'
+            points it has not sent before (``series``)."""
             name = request.path_params["name"]
             self._run(name)
 
+            def figures(run: Any, failed: bool, after: float | None) -> dict[str, Any]:
+                history = self.history(name, run)
+                detail = topology_detail(name, run, failed, history.windows(self.clock()))
+                detail["series"] = history.points_after(after)
+                return detail
+
             async def stream():
+                after = None
                 while not self._closing and not await request.is_disconnected():
                     found = self._runs().get(name)
                     if found is None:
                         yield "event: gone\ndata: {}\n\n"
                         return
-                    yield f"data: {json.dumps(topology_detail(name, *found))}\n\n"
+                    detail = await run_in_threadpool(figures, *found, after)
+                    if detail["series"]:
+                        after = detail["series"][-1]["time"]
+                    yield f"data: {json.dumps(detail)}\n\n"
                     await asyncio.sleep(EVENT_SECS)
 
             return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -196,6 +274,7 @@ class UIServer:
                 Route("/api/v1/topology/{name}", topology),
                 Route("/api/v1/topology/{name}/component/{component}", component),
                 Route("/api/v1/topology/{name}/events", events),
+                Route("/api/v1/topology/{name}/series", series),
                 Route("/api/v1/topology/{name}/{action}", control, methods=["POST"]),
                 Route("/metrics", metrics),
             ],
