@@ -5,8 +5,10 @@ Without a C compiler (or Cython) the build goes on as pure Python, with a one-li
 has a plain Python form, slower. ``SQUALL_PURE_PYTHON=1`` asks for the pure-Python build outright."""
 
 import os
+import shlex
 import shutil
 import sys
+import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -50,9 +52,21 @@ class OptionalBuildExt(build_ext):
         shutil.rmtree(self.build_temp, ignore_errors=True)
 
 
+def missing_compiler() -> str | None:
+    """The C compiler's name when it is not on PATH (POSIX; elsewhere a failed build says so)."""
+    words = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "")
+    if os.name == "posix" and words and shutil.which(words[0]) is None:
+        return words[0]
+    return None
+
+
 def extensions() -> list[Extension]:
     if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
         print(f"squall: {PURE_ENV} is set: building pure Python (slower)", file=sys.stderr)
+        return []
+    compiler = missing_compiler()
+    if compiler is not None:  # known before Cython translates anything
+        warn(f"no C compiler ({compiler} not found)")
         return []
     try:
         from Cython.Build import cythonize

@@ -57,6 +57,7 @@ PACKAGE_DATA = {
 }
 SENTENCES = ["the cow jumped over the moon", "an apple a day keeps the doctor away", "four score and seven years ago"]
 N = 150
+PATHS = ("purelib", "platlib")
 
 # A user's topology file, in a directory of its own: a spout of N sentences with msg ids, split, count.
 TOPOLOGY = """
@@ -145,30 +146,53 @@ def git_status() -> str | None:
     ).stdout
 
 
-@pytest.mark.parametrize("build", ["compiled", "pure"])
-def test_a_wheel_installed_in_a_fresh_venv_runs_a_users_topology(tmp_path, build):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SQUALL_PURE_PYTHON", "VIRTUAL_ENV")}
-    if build == "pure":
-        env["SQUALL_PURE_PYTHON"] = "1"
+def build_wheel(tmp_path: Path, env: dict[str, str]) -> tuple[Path, set[str], str]:
+    """``pip wheel`` of the checkout: the wheel, the names in it, and what the build printed. The checkout's
+    ``git status`` is the same after it."""
     status = git_status()
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-q", "-w", wheels],
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-v", "-w", wheels],
         env=env,
-        check=True,
+        capture_output=True,
+        text=True,
     )
+    assert built.returncode == 0, built.stdout + built.stderr
     assert git_status() == status  # the build's files (build/, *.egg-info, .c) are all ignored
     (wheel,) = wheels.glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    extensions = {name.split(".", 1)[0] for name in names if name.endswith(".so")}
     assert names >= PACKAGE_DATA
     assert not any(name.endswith(".c") for name in names)
+    return wheel, names, built.stdout + built.stderr
+
+
+def extensions(names: set[str]) -> set[str]:
+    return {name.split(".", 1)[0] for name in names if name.endswith(".so")}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SQUALL_PURE_PYTHON", "VIRTUAL_ENV", "CC")}
+    return {**env, **extra}
+
+
+def test_without_a_c_compiler_the_build_is_pure_python(tmp_path):
+    wheel, names, output = build_wheel(tmp_path, clean_env(CC="/nonexistent/cc"))
+    assert "squall: WARNING: no C compiler (/nonexistent/cc not found); building pure Python (slower)" in output
+    assert extensions(names) == set()
+    assert wheel.name == "squall-0.1.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize("build", ["compiled", "pure"])
+def test_a_wheel_installed_in_a_fresh_venv_runs_a_users_topology(tmp_path, build):
+    env = clean_env()
+    wheel, names, output = build_wheel(tmp_path, clean_env(SQUALL_PURE_PYTHON="1") if build == "pure" else env)
     if build == "compiled":
-        assert extensions == COMPILED
+        assert extensions(names) == COMPILED
         python_tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
         assert wheel.name.startswith(f"squall-0.1.0-{python_tag}-{python_tag}-")
     else:
-        assert extensions == set()
+        assert "squall: SQUALL_PURE_PYTHON is set: building pure Python (slower)" in output
+        assert extensions(names) == set()
         assert wheel.name == "squall-0.1.0-py3-none-any.whl"
 
     venv = tmp_path / "venv"
@@ -184,13 +208,15 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_a_users_topology(tmp_path, build
             [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
         ).strip()
     )
-    (site / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # the running environment's site-packages after the venv's own: squall's dependencies, not squall
+    (site / "dependencies.pth").write_text(
+        "".join(f"{path}\n" for path in dict.fromkeys(map(sysconfig.get_path, PATHS)))
+    )
 
     project, out = tmp_path / "project", tmp_path / "out"
     project.mkdir()
     out.mkdir()
     (project / "word_count.py").write_text(TOPOLOGY.format(sentences=SENTENCES))
-    env.pop("SQUALL_PURE_PYTHON", None)
     conf = ["--conf", f"out.dir={out}", "--conf", f"out.sentences={N}"]
     run = subprocess.run(
         [venv / "bin" / "squall", "run", "word_count.py", "--no-ui", "--idle-secs", "2", "--master", "local[2]", *conf],
