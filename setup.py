@@ -1,8 +1,18 @@
 """Compiles squall's per-tuple modules with Cython; everything else, and these too where they are not compiled,
-runs as plain Python. ``make setup`` builds them in place, and ``make`` rebuilds them when their sources change."""
+runs as plain Python. ``make setup`` builds them in place, and ``make`` rebuilds them when their sources change.
 
-from Cython.Build import cythonize
+Without a C compiler (or Cython) the build goes on as pure Python, with a one-line warning: every compiled module
+has a plain Python form, slower. ``SQUALL_PURE_PYTHON=1`` asks for the pure-Python build outright."""
+
+import os
+import shlex
+import shutil
+import sys
+import sysconfig
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
 
 COMPILED = [
     "squall/model/tuple.py",  # a Tuple per row per bolt
@@ -16,9 +26,54 @@ COMPILED = [
     "squall/connectors/kafka/spout.py",  # a Kafka record's translation, emit and ack
     "squall/connectors/kafka/offsets.py",  # a Kafka record's offset, emitted and acked
 ]
+PURE_ENV = "SQUALL_PURE_PYTHON"
+BUILD_ERRORS = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
 
-setup(
-    ext_modules=cythonize(
+
+def warn(reason: str) -> None:
+    print(f"squall: WARNING: {reason}; building pure Python (slower)", file=sys.stderr)
+
+
+class OptionalBuildExt(build_ext):
+    """All the extensions or none: a module compiled alone may ``cimport`` one that failed (tuple.pxd)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BUILD_ERRORS as exc:
+            warn(f"the C extensions did not build ({type(exc).__name__}: {str(exc).strip()[:200]})")
+            self._remove_built()
+
+    def _remove_built(self) -> None:
+        for path in self.get_outputs():  # a half-built set is removed; their .py files are packaged anyway
+            if os.path.isfile(path):
+                os.remove(path)
+        self.extensions = []
+        shutil.rmtree(self.build_temp, ignore_errors=True)
+
+
+def missing_compiler() -> str | None:
+    """The C compiler's name when it is not on PATH (POSIX; elsewhere a failed build says so)."""
+    words = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "")
+    if os.name == "posix" and words and shutil.which(words[0]) is None:
+        return words[0]
+    return None
+
+
+def extensions() -> list[Extension]:
+    if os.environ.get(PURE_ENV, "").strip() not in ("", "0"):
+        print(f"squall: {PURE_ENV} is set: building pure Python (slower)", file=sys.stderr)
+        return []
+    compiler = missing_compiler()
+    if compiler is not None:  # known before Cython translates anything
+        warn(f"no C compiler ({compiler} not found)")
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        warn("Cython is not installed")
+        return []
+    return cythonize(
         [
             *COMPILED,
             # a fields grouping's key hash over a string's own UTF-8 bytes, with zlib's crc32
@@ -33,4 +88,6 @@ setup(
         # Annotations stay hints for readers: a task id may be a numpy integer, a flag any truthy value.
         compiler_directives={"annotation_typing": False, "binding": True, "embedsignature": True},
     )
-)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
