@@ -34,7 +34,7 @@ NAME = "kafka-word-count"
 CONF = {
     "example.dir": ".squall-data",
     "example.sentences": 2000,
-    "topology.max.spout.pending": 1000,
+    "topology.max.spout.pending": 1000,  # sentences in flight per spout task: enough to keep the bolts busy
 }
 SENTENCES_TOPIC, COUNTS_TOPIC, GROUP = "sentences", "word-counts", "kafka-word-count"
 

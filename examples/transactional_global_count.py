@@ -22,6 +22,8 @@ from squall.transactional import (
 )
 
 NAME = "global-count"
+# Up to 3 batches are processed at once; their commits stay in txid order. Storm's page takes 3 tuples a
+# partition a batch so that its three batches show; a real source takes thousands.
 CONF = {"example.dir": ".squall-data/global-count", "topology.max.spout.pending": 3}
 PARTITION_TAKE_PER_BATCH = 3
 DATA = {

@@ -30,7 +30,7 @@ CONF = {
     "example.opaque": False,
     "example.words": 20_000,
     "squall.transactional.store": ".squall-data/redis-log-words-coordinator.sqlite",
-    "topology.max.spout.pending": 3,
+    "topology.max.spout.pending": 3,  # batches processed at once; their commits stay in txid order
 }
 PARTITIONS = 4
 TAKE_PER_BATCH = 1000

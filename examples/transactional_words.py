@@ -24,6 +24,8 @@ from squall.transactional import (
 )
 
 NAME = "transactional-words"
+# Up to 3 batches are processed at once; their commits stay in txid order. Tiny batches (3 tuples a partition)
+# so that storm-starter's data makes several; a real source takes thousands.
 CONF = {"example.dir": ".squall-data/transactional-words", "topology.max.spout.pending": 3}
 BUCKET_SIZE = 10
 PARTITION_TAKE_PER_BATCH = 3
