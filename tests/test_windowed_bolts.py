@@ -222,5 +222,8 @@ def test_a_window_longer_than_the_timeout_given_at_submit_is_refused_at_submit_n
     ):
         cluster.submit_topology("short-timeout", {"topology.message.timeout.secs": 30}, topology)
     assert "short-timeout" not in cluster.runs
-    cluster.submit_topology("long-enough", {"topology.message.timeout.secs": 60}, topology)
-    assert "long-enough" in cluster.runs
+    run = cluster.submit_for_capture("long-enough", {"topology.message.timeout.secs": 60}, topology)
+    topology.components["numbers"].obj.feed([1], msg_id=1)
+    cluster.wait_idle()
+    cluster.advance_time(50)  # the window (40 s, sliding every 10 s) fires with the tuple and lets it go
+    assert run.captured["sums"][0] == ([1],) and topology.components["numbers"].obj.acked == {1}
