@@ -213,6 +213,7 @@ class WaveScheduler:
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
         self._closing = False
+        self._stop: Stop | None = None  # what the workers are told as the run closes
         self._waiting_since = time.monotonic()
         self._lost_at: float | None = None  # when the run lost a worker it has not replaced yet
         self._executors_seen = self.job.executors()  # when it last chose its worker count
@@ -735,6 +736,8 @@ class WaveScheduler:
         message = event.message if isinstance(event, Received) else None
         if isinstance(message, SpoutReport) and message.wave == FINAL_REPORT:
             self.final_spouts.update(message.spouts)
+        elif isinstance(message, Hello) and self._stop is not None:  # a worker that came up as the run stopped
+            self.hub.send([(event.connection, self._stop)])
 
     def close(self, timeout: float = 10.0, fail_pending: bool = False, active: bool = True) -> None:
         """Stop the workers (their spouts failing their pending trees back first, with ``fail_pending``); a job
@@ -743,7 +746,7 @@ class WaveScheduler:
             return
         self.flush_commit()
         self._closing = True
-        stop = Stop(fail_pending, active, final=True)
+        stop = self._stop = Stop(fail_pending, active, final=True)
         self.hub.send([(connection, stop) for connection in self._connections.values()])
         self._read_until_the_job_ends(timeout if self.ready else min(timeout, 1.0))
         if self.job.running:
