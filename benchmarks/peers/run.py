@@ -46,6 +46,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -60,8 +61,66 @@ BYTEWAX_PYTHON = HERE / ".venv-bytewax" / "bin" / "python"
 LOGS = HERE / ".cache" / "logs"
 
 
+RECORD: list = []  # the results file being written, with --record
+
+
 def say(line: str) -> None:
     print(line, flush=True)
+    for record in RECORD:
+        record.write(line + "\n")
+        record.flush()
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+class LoadSampler:
+    """The 1-minute load average every 10 s over the run, for the record: the machine is shared."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(float(load_average().split()[0]))
+            if self._stop.wait(10):
+                return
+
+    def stop(self) -> str:
+        self._stop.set()
+        self._thread.join()
+        ordered = sorted(self.samples)
+        return f"min {ordered[0]:.2f}, median {ordered[len(ordered) // 2]:.2f}, max {ordered[-1]:.2f}"
+
+
+def open_record(args: argparse.Namespace) -> Path:
+    """benchmarks/results/<date>-<commit>-peers.txt, its first lines the date, the command, the machine, the load
+    and the versions; the run's lines follow as printed."""
+    root = HERE.parent.parent
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "benchmarks/peers"], cwd=root, capture_output=True).stdout:
+        commit += "-modified"
+    path = root / "benchmarks" / "results" / f"{time.strftime('%Y-%m-%d')}-{commit}-peers.txt"
+    path.parent.mkdir(exist_ok=True)
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    record = path.open("w")
+    record.write(
+        f"# date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+        f"# commit: {commit}\n"
+        f"# command: .venv/bin/python benchmarks/peers/run.py {' '.join(sys.argv[1:])}\n"
+        f"# nproc: {os.cpu_count()}\n"
+        f"# load average at start (1, 5, 15 min): {load_average()}\n"
+        f"# versions: Apache Storm {STORM_VERSION} on {java[0] if java else 'java ?'}; Bytewax (below) on Python"
+        f" {sys.version.split()[0]}\n"
+    )
+    RECORD.append(record)
+    return path
 
 
 def write_sentences(path: Path, sentences: list[str]) -> Path:
@@ -107,6 +166,8 @@ def run_storm(args: argparse.Namespace, work: Path, sentences_path: Path) -> Non
         str(args.latency_secs),
         "--sweep",
         args.sweep,
+        "--workers",
+        str(args.storm_workers),
     ]
     log = LOGS / f"storm-{time.strftime('%Y%m%d-%H%M%S')}.log"
     say(f"storm_log={log.relative_to(HERE.parent.parent)}")
@@ -218,10 +279,14 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=1000, help="Storm's topology.max.spout.pending")
     parser.add_argument("--sweep", default="", help="Storm: more acked runs, one at each max.spout.pending given")
     parser.add_argument("--storm-pairs", type=int, default=3, help="Storm: pairs of runs, acking on then off")
+    parser.add_argument("--storm-workers", type=int, default=1, help="Storm: topology.workers (LocalCluster's 1)")
     parser.add_argument("--latency-secs", type=float, default=30.0)
     parser.add_argument("--idle-tuples", type=int, default=21)
     parser.add_argument("--idle-spacing-secs", type=float, default=0.3)
     parser.add_argument("--bytewax-runs", type=int, default=3, help="Bytewax: rounds of the three kinds of run")
+    parser.add_argument(
+        "--record", action="store_true", help="also write the output to benchmarks/results/<date>-<commit>-peers.txt"
+    )
     parser.add_argument("--bytewax-snapshot-secs", type=int, default=10, help="whole seconds, as Bytewax takes them")
     args = parser.parse_args()
 
@@ -230,6 +295,8 @@ def main() -> None:
     if missing:
         raise SystemExit(f"not set up: {', '.join(missing)}; run: bash benchmarks/peers/setup.sh")
     LOGS.mkdir(parents=True, exist_ok=True)
+    record = open_record(args) if args.record else None
+    sampler = LoadSampler()
     work = Path(tempfile.mkdtemp(prefix="squall-peers-"))
     try:
         sentences = make_sentences(args.words)
@@ -244,6 +311,11 @@ def main() -> None:
             run_bytewax(args, work, sentences_path, words)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        say(f"load_average_1min_during_run={sampler.stop()}")
+        say(f"load_average_at_end={load_average()}")
+        if record is not None:
+            RECORD.pop().close()
+            print(f"recorded in {record.relative_to(HERE.parent.parent)}")
 
 
 if __name__ == "__main__":
