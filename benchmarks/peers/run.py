@@ -75,10 +75,25 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for (every JVM and Bytewax process)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class LoadSampler:
-    """The 1-minute load average every 10 s over the run, for the record: the machine is shared."""
+    """The 1-minute load average every 10 s over the run, for the record: the machine is shared. The load counts
+    the benchmark's own threads too (Storm's executors are threads); ``others_cpu_cores`` is the machine's busy
+    CPU less the benchmark's own (its processes', read when each has ended), over the run's wall time."""
 
     def __init__(self) -> None:
+        self.started, self.busy, self.own = time.monotonic(), busy_cpu_seconds(), own_cpu_seconds()
         self.samples: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -90,11 +105,17 @@ class LoadSampler:
             if self._stop.wait(10):
                 return
 
-    def stop(self) -> str:
+    def stop(self) -> tuple[str, str]:
         self._stop.set()
         self._thread.join()
         ordered = sorted(self.samples)
-        return f"min {ordered[0]:.2f}, median {ordered[len(ordered) // 2]:.2f}, max {ordered[-1]:.2f}"
+        wall = time.monotonic() - self.started
+        own = own_cpu_seconds() - self.own
+        others = busy_cpu_seconds() - self.busy - own
+        return (
+            f"min {ordered[0]:.2f}, median {ordered[len(ordered) // 2]:.2f}, max {ordered[-1]:.2f}",
+            f"{others / wall:.2f} (own {own / wall:.2f}, over {wall:.0f} s)",
+        )
 
 
 def open_record(args: argparse.Namespace) -> Path:
@@ -311,7 +332,9 @@ def main() -> None:
             run_bytewax(args, work, sentences_path, words)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        say(f"load_average_1min_during_run={sampler.stop()}")
+        load, others = sampler.stop()
+        say(f"load_average_1min_during_run={load}")
+        say(f"others_cpu_cores_during_run={others}")
         say(f"load_average_at_end={load_average()}")
         if record is not None:
             RECORD.pop().close()
