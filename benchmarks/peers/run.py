@@ -300,7 +300,12 @@ def main() -> None:
     parser.add_argument("--max-pending", type=int, default=1000, help="Storm's topology.max.spout.pending")
     parser.add_argument("--sweep", default="", help="Storm: more acked runs, one at each max.spout.pending given")
     parser.add_argument("--storm-pairs", type=int, default=3, help="Storm: pairs of runs, acking on then off")
-    parser.add_argument("--storm-workers", type=int, default=1, help="Storm: topology.workers (LocalCluster's 1)")
+    parser.add_argument(
+        "--storm-workers",
+        type=int,
+        default=1,
+        help="Storm: topology.workers (LocalCluster's 1; 2 failed here, see the README)",
+    )
     parser.add_argument("--latency-secs", type=float, default=30.0)
     parser.add_argument("--idle-tuples", type=int, default=21)
     parser.add_argument("--idle-spacing-secs", type=float, default=0.3)
