@@ -13,7 +13,7 @@ HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/model/groupings.
 	squall/connectors/kafka/spout.py \
 	squall/connectors/kafka/offsets.py
 
-.PHONY: example demo test lint bench setup
+.PHONY: example demo test lint bench setup peers
 
 setup: $(COMPILED)
 
@@ -49,3 +49,9 @@ bench: $(COMPILED)
 	$(VENV)/bin/python benchmarks/word_count.py
 	$(VENV)/bin/python benchmarks/pipelining.py
 	$(VENV)/bin/python benchmarks/sources.py
+
+# squall's peers (Apache Storm, Bytewax) on the same word count: not part of setup or test; see
+# benchmarks/peers/README.md. PEERS_ARGS passes options, e.g. PEERS_ARGS='--only storm --sweep 250,5000'.
+peers: $(COMPILED)
+	bash benchmarks/peers/setup.sh
+	$(VENV)/bin/python benchmarks/peers/run.py $(PEERS_ARGS)
