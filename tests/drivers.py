@@ -57,3 +57,8 @@ def wait(condition, driver: subprocess.Popen, what: str, timeout: float = 400) -
         assert driver.poll() is None, f"the driver ended before {what}"
         assert time.monotonic() < deadline, f"no {what} within {timeout}s"
         time.sleep(0.5)
+
+
+def whole_lines(path: Path) -> list[str]:
+    """The lines a running process has finished writing to ``path``: its last line may be half written."""
+    return path.read_text().split("\n")[:-1]

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from drivers import finish_driver, kill_driver, start_driver
+from drivers import finish_driver, kill_driver, start_driver, whole_lines
 from tx_components import WORDS
 
 from squall.connectors.rabbitmq import publish, queue_depth
@@ -29,7 +29,7 @@ def sentences(seed: int) -> list[dict]:
 def counted(out: Path) -> list[tuple[int, str]]:
     rows = []
     for path in out.glob("counted-*.log"):
-        for line in path.read_text().splitlines():
+        for line in whole_lines(path):
             msg, word = line.split(" ")
             rows.append((int(msg), word))
     return rows

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from drivers import wait
+from drivers import wait, whole_lines
 from servers import KafkaServer, SparkStandaloneCluster
 
 from squall import BasicBolt, TopologyBuilder
@@ -41,7 +41,7 @@ def counted(out: Path) -> list[tuple[int, str]]:
     return [
         (int(msg), word)
         for path in out.glob("counted-*.log")
-        for line in path.read_text().splitlines()
+        for line in whole_lines(path)
         for msg, word in [line.split(" ")]
     ]
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from drivers import wait
+from drivers import wait, whole_lines
 from servers import SparkStandaloneCluster
 
 from squall.connectors import ReliableQueue
@@ -38,7 +38,7 @@ def windows(out: Path) -> list[tuple[int, int, int]]:
     return [
         (int(end), int(total), int(count))
         for path in out.glob("windows-*.log")
-        for line in path.read_text().splitlines()
+        for line in whole_lines(path)
         for end, total, count in [line.split(" ")]
     ]
 
