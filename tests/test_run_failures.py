@@ -84,7 +84,7 @@ SLOW_FAILING_PREPARE = """
 def test_squall_run_exits_non_zero_every_time_a_prepare_always_raises(tmp_path):
     """The idle stop never comes before the tasks are up: a prepare() slower than --idle-secs that raises is a
     failure every time, with its traceback in the output (the run's errors, as the summary shows them)."""
-    for _ in range(3):  # a race, if any, shows in one run of a few
+    for _ in range(2):  # a race, if any, shows in one run of a few
         code, out, err = squall_run(
             tmp_path, SLOW_FAILING_PREPARE, "--idle-secs", "1", "--master", "local[1]", "--conf",
             "squall.wave.max.failures=1",
@@ -124,7 +124,7 @@ FAILING_NEXT_TUPLE = """
 def test_squall_run_exits_non_zero_every_time_a_spouts_next_tuple_always_raises(tmp_path):
     """Errors are not idleness: the run goes on (longer than --idle-secs) until the same error has come
     squall.max.repeated.errors times in a row, then stops with its traceback and exit code 1."""
-    for _ in range(3):  # a race, if any, shows in one run of a few
+    for _ in range(2):  # a race, if any, shows in one run of a few
         code, out, err = squall_run(
             tmp_path, FAILING_NEXT_TUPLE, "--idle-secs", "0.5", "--master", "local[1]", "--conf",
             "squall.max.repeated.errors=20",
