@@ -171,7 +171,9 @@ def extensions(names: set[str]) -> set[str]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SQUALL_PURE_PYTHON", "VIRTUAL_ENV", "CC")}
+    # PYSPARK_PYTHON: this process's squall set it, once it started Spark; the user's run picks its own.
+    dropped = ("PYTHONPATH", "SQUALL_PURE_PYTHON", "VIRTUAL_ENV", "CC", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     return {**env, **extra}
 
 
