@@ -30,28 +30,42 @@ class AckGateMachine(RuleBasedStateMachine):
     those in ``stateful`` send held acks; stray acks of waves up to ``start``; and worker losses: each a new
     generation in which every wave after the last complete snapshot runs again, with its acks.
 
-    Each task's acks of a wave carry ``(wave, task, generation)``. What counts is what stays applied (applied less
-    withdrawn): once everything is in, exactly one of each task's acks of each wave, and, for a wave that was in
-    flight at a loss, the one of the generation it last ran in, so that no tree is completed by acks of two runs."""
+    A plain task sends a wave's acks in ``parts`` messages, the last of them final; a stateful task's come whole.
+    Each part carries ``(wave, task, generation, part)``. A link delivers its messages in order, so a task's parts
+    of a wave arrive in order, and a loss may cut them short. What counts is what stays applied (applied less
+    withdrawn): once everything is in, every part of one generation's acks of each task and wave, exactly once: the
+    generation whose final part came first, or for a wave that was in flight at a loss the one it last ran in, so
+    that no tree is completed by acks of two runs."""
 
     @initialize(
         tasks=st.integers(1, 3),
         start=st.integers(0, 3),
         stateful=st.sets(st.integers(0, 2), max_size=2),
+        parts=st.integers(1, 3),
     )
-    def begin(self, tasks: int, start: int, stateful: set[int]) -> None:
-        self.tasks, self.start = tasks, start
+    def begin(self, tasks: int, start: int, stateful: set[int], parts: int) -> None:
+        self.tasks, self.start, self.parts = tasks, start, parts
         self.gate = AckGate(tasks, start)
         self.stateful = {t for t in stateful if t < tasks}
         self.generation = 0
-        self.ran_in = dict.fromkeys(range(start + 1, start + WAVES + 1), 0)  # wave -> the generation it last ran in
-        self.undelivered = [self._acks(w, t) for w in self.ran_in for t in range(tasks)]
-        self.undelivered += [AcksArrived(w, 0, ("before", w, 0)) for w in range(1, start + 1)]
+        self.waves = list(range(start + 1, start + WAVES + 1))
+        self.kept_generation: dict[tuple[int, int], int] = {}  # (wave, task) -> the generation whose acks stay
+        # (wave, task) -> its parts not delivered yet, in the order its link carries them
+        self.undelivered: dict[tuple[int, int], list[AcksArrived]] = {
+            (w, t): self._acks(w, t) for w in self.waves for t in range(tasks)
+        }
+        self.strays = [AcksArrived(w, 0, ("before", w, 0, 0)) for w in range(1, start + 1)]
         self.committed = self.snapshot = self.released = self.applied = start
         self.net: Counter = Counter()  # payload -> times applied less times withdrawn
+        self.cut: dict[tuple[int, int], list] = {}  # (wave, task) of a wave that never ran again -> parts that came
 
-    def _acks(self, wave: int, task: int) -> AcksArrived:
-        return AcksArrived(wave, task, (wave, task, self.generation), held=task in self.stateful)
+    def _acks(self, wave: int, task: int) -> list[AcksArrived]:
+        if task in self.stateful:
+            return [AcksArrived(wave, task, (wave, task, self.generation, 0), held=True)]
+        return [
+            AcksArrived(wave, task, (wave, task, self.generation, part), final=part == self.parts - 1)
+            for part in range(self.parts)
+        ]
 
     def _take(self, due: list) -> None:
         for instruction in due:
@@ -62,19 +76,25 @@ class AckGateMachine(RuleBasedStateMachine):
                     self.net[payload] -= 1
                     continue
                 assert not instruction.held or instruction.wave <= self.released, "held acks before their checkpoint"
-                wave, task, _ = payload
-                assert sum(n for (w, t, _), n in self.net.items() if (w, t) == (wave, task)) == 0, (
-                    f"task {task}'s acks of wave {wave} applied twice"
-                )
+                wave, task, generation, _ = payload
+                assert self.net[payload] == 0, f"{payload} applied twice"
+                others = [p for p, n in self.net.items() if n and p[:2] == (wave, task) and p[2] != generation]
+                assert not others, f"task {task}'s acks of wave {wave} applied from two runs: {others} and {payload}"
                 self.net[payload] += 1
 
     def _deliver(self, event: AcksArrived) -> None:
+        if event.final and (event.wave, event.task) not in self.kept_generation:
+            self.kept_generation[(event.wave, event.task)] = event.acks[2]
         self._take(self.gate.handle(event))
 
-    @precondition(lambda self: self.undelivered)
+    @precondition(lambda self: any(self.undelivered.values()) or self.strays)
     @rule(data=st.data())
     def acks_arrive(self, data) -> None:
-        self._deliver(self.undelivered.pop(data.draw(st.integers(0, len(self.undelivered) - 1))))
+        links = sorted(key for key, parts in self.undelivered.items() if parts)
+        if self.strays and (not links or data.draw(st.booleans())):
+            self._deliver(self.strays.pop())
+            return
+        self._deliver(self.undelivered[data.draw(st.sampled_from(links))].pop(0))
 
     @rule(wave=st.integers(0, WAVES), data=st.data())
     def driver_commits(self, wave: int, data) -> None:
@@ -97,34 +117,54 @@ class AckGateMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def a_worker_is_lost(self, data) -> None:
-        """The driver had seen waves up to ``applied`` complete (their acks, sent before the reports, arrive before
-        the new generation's Assign); what is still on the wire of the later ones is of the old generation and
-        dropped. Every wave after the last complete snapshot runs again."""
+        """The driver had seen waves up to ``applied`` complete; their acks were sent before the reports, and
+        arrive before the new generation's Assign, but for those the lost worker's links still held: a task's parts
+        of a wave may be cut short. What is still on the wire of the later waves is of the old generation and
+        dropped. Every wave after the last complete snapshot runs again; a task's acks of a completed wave whose
+        final part came stay, the run again's are dropped."""
         applied = data.draw(st.integers(self.applied, self.start + WAVES))
-        for event in [e for e in self.undelivered if e.acks[0] != "before" and e.wave <= applied]:
-            self._deliver(event)
-        self.undelivered = [e for e in self.undelivered if e.acks[0] == "before"]
+        for (wave, task), parts in sorted(self.undelivered.items()):
+            if wave <= applied and parts:
+                arrive = data.draw(st.integers(0, len(parts)), label=f"parts of {wave}, {task}")
+                for event in parts[:arrive]:
+                    self._deliver(event)
+                if arrive < len(parts) and wave <= self.snapshot:  # never runs again: those parts stay lost
+                    generation = parts[0].acks[2]
+                    self.cut[(wave, task)] = [(wave, task, generation, part) for part in range(parts[arrive].acks[3])]
         self.applied = applied
         self.generation += 1
         self._take(self.gate.restarted(self.tasks, applied, self.snapshot))
-        for wave in self.ran_in:
-            if wave > applied:
-                self.ran_in[wave] = self.generation
-        self.undelivered += [self._acks(w, t) for w in self.ran_in if w > self.snapshot for t in range(self.tasks)]
+        for key in [key for key in self.kept_generation if key[0] > applied]:
+            del self.kept_generation[key]  # in flight at the loss: the run again's stay
+        self.undelivered = {
+            (w, t): self._acks(w, t) if w > self.snapshot else [] for w in self.waves for t in range(self.tasks)
+        }
 
     def teardown(self) -> None:
         """Once everything has arrived, every wave is committed and released: each task's acks of each wave stay
-        applied once, of the generation the wave last ran in."""
+        applied once, every part of one generation's; of a wave that a loss cut short and that never ran again,
+        the parts that came."""
         if not hasattr(self, "gate"):
             return
-        for event in self.undelivered:
+        for parts in self.undelivered.values():
+            for event in parts:
+                self._deliver(event)
+        for event in self.strays:
             self._deliver(event)
         last = self.start + WAVES
         self._take(self.gate.handle(WaveCommitted(last, last)))
         self.released = last
         self._take(self.gate.handle(CheckpointReleased(last)))
         kept = sorted(payload for payload, n in self.net.items() if n)
-        assert kept == sorted((w, t, self.ran_in[w]) for w in self.ran_in for t in range(self.tasks))
+        expected = []
+        for w in self.waves:
+            for t in range(self.tasks):
+                if (w, t) in self.cut:  # its tree times out, and its source replays it
+                    expected += self.cut[(w, t)]
+                    continue
+                parts = 1 if t in self.stateful else self.parts
+                expected += [(w, t, self.kept_generation[(w, t)], part) for part in range(parts)]
+        assert kept == sorted(expected)
         assert self.gate.waiting == 0 and not self.gate.behind
 
 
@@ -194,3 +234,28 @@ def test_acks_lost_of_a_wave_the_snapshot_holds_do_not_leave_the_gate_behind_for
     assert gate.handle(AcksArrived(3, 1, (3, 1))) == [ApplyAcks(3, ((3, 1),))]
     assert not gate.behind
     assert gate.handle(AcksArrived(2, 0, "a copy")) == []
+
+
+def test_parts_of_a_wave_are_applied_at_once_and_only_the_final_one_counts():
+    """A plain task's acks may come in parts before the end of its wave: each is applied as it comes, and the
+    wave has all of its acks here only once the final part has come."""
+    gate = AckGate(expected=1)
+    assert gate.handle(AcksArrived(1, 0, "first part", final=False)) == [ApplyAcks(1, ("first part",))]
+    assert gate.handle(WaveCommitted(1)) == []
+    assert gate.behind
+    assert gate.handle(AcksArrived(1, 0, "the rest")) == [ApplyAcks(1, ("the rest",))]
+    assert not gate.behind
+
+
+def test_parts_of_a_completed_wave_whose_final_part_was_lost_are_withdrawn_for_the_run_again():
+    """Wave 2 completed at the driver, but task 1's final part of it was lost with its worker: the part that came
+    is withdrawn, and the run again's parts are applied. Task 0's final part of it came: its run again is dropped."""
+    gate = AckGate(expected=2)
+    assert gate.handle(AcksArrived(2, 0, "2, 0")) == [ApplyAcks(2, ("2, 0",))]
+    assert gate.handle(AcksArrived(2, 1, "2, 1 part", final=False)) == [ApplyAcks(2, ("2, 1 part",))]
+    assert gate.handle(WaveCommitted(2, snapshot=1)) == []
+    assert gate.restarted(2, applied=2, snapshot=1) == [WithdrawAcks(2, ("2, 1 part",))]
+    assert gate.handle(AcksArrived(2, 0, "again", final=False)) == []
+    assert gate.handle(AcksArrived(2, 1, "2, 1 part again", final=False)) == [ApplyAcks(2, ("2, 1 part again",))]
+    assert gate.handle(AcksArrived(2, 1, "2, 1 again")) == [ApplyAcks(2, ("2, 1 again",))]
+    assert not gate.behind

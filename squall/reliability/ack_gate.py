@@ -2,21 +2,26 @@
 instructions out.
 
 Each bolt task sends, at the end of each wave, its acks of that wave to the worker of each root's acker task: one
-``AcksArrived`` per bolt task and wave, even when empty, XOR-folded per root with the edges of what the task
-emitted, as Storm's ack values carry their children's edges. XOR does not care for order, so the acks of any
-task and wave may be applied in any order, as Storm's acker applies its messages as they come. The rules:
+final ``AcksArrived`` per bolt task and wave, even when empty, XOR-folded per root with the edges of what the task
+emitted, as Storm's ack values carry their children's edges. A plain task may send parts of a wave's acks before
+its final one (``final=False``), whenever it has nothing else to do, so that a tree is acked without waiting for
+the end of its wave; each part holds the edges of every tuple it acked and of every child it shipped before it.
+XOR does not care for order, so the acks of any task and wave may be applied in any order, as Storm's acker applies
+its messages as they come. The rules:
 
-* a plain task's acks are applied as soon as they arrive;
+* a plain task's acks are applied as soon as they arrive, parts and final alike; only a final one counts towards
+  the wave having all of its acks here;
 * a stateful task's (``held``) wait until a checkpoint holds that task's state as of their wave
   (``CheckpointReleased``), as Storm holds a stateful bolt's acks until its state commits;
 * after a worker loss every wave since the last complete snapshot runs again, with its acks
   (``squall/spark/recovery.py``), so a tree acked here before the loss is never lost from the bolt tasks' state.
-  The acks of a task and wave are applied once: of a wave that had completed (every task reported it), those that
-  arrived the first time stay and their second coming is dropped; of a wave that was still in flight, those applied
-  are taken back out of the trees still pending (``WithdrawAcks``) and the run again's are applied instead, so a
-  tree whose tuples all went out in those waves is completed by one run's acks, whichever tasks the run sent them
-  to. (A tree that spans an earlier wave, a tuple a bolt held across waves, is completed only if the run again
-  gives its tuples the same edges; else it times out and its source replays it);
+  The acks of a task and wave are applied once: of a wave that had completed (every task reported it), those whose
+  final part arrived the first time stay and their second coming is dropped; of a wave that was still in flight,
+  and of a task whose final part was lost with its worker, those applied are taken back out of the trees still
+  pending (``WithdrawAcks``) and the run again's are applied instead, so a tree whose tuples all went out in those
+  waves is completed by one run's acks, whichever tasks the run sent them to. (A tree that spans an earlier wave,
+  a tuple a bolt held across waves, is completed only if the run again gives its tuples the same edges; else it
+  times out and its source replays it);
 * waves up to the last complete snapshot never run again, so what arrived of them is forgotten
   (``WaveCommitted.snapshot``), and acks applied are kept only until their wave completes.
 
@@ -34,12 +39,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class AcksArrived:
-    """Bolt task ``task``'s acks of ``wave`` for the acker tasks here; ``held`` for a stateful task's."""
+    """Bolt task ``task``'s acks of ``wave`` for the acker tasks here; ``held`` for a stateful task's. ``final``
+    False: a part sent before the end of the wave (a plain task's only), more of the wave's acks follow."""
 
     wave: int
     task: int
     acks: Any
     held: bool = False
+    final: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class AckGate:
         self._complete = start  # every wave up to it has had every task's acks
         self._held: list[ApplyAcks] = []  # stateful tasks' acks, until a checkpoint releases them
         self._kept: dict[int, list[Any]] = defaultdict(list)  # wave not yet committed -> the plain acks applied
+        self._parts: dict[tuple[int, int], list[Any]] = {}  # (wave, task) -> parts applied before its final came
 
     def restarted(self, expected: int, applied: int, snapshot: int = 0) -> list[WithdrawAcks]:
         """The workers start again as of the last complete snapshot (wave ``snapshot``), and every wave since it
@@ -105,6 +113,15 @@ class AckGate:
         self.expected = expected
         withdrawn = [WithdrawAcks(w, tuple(self._kept.pop(w))) for w in sorted(self._kept) if w > applied]
         self._kept.clear()  # the rest are of waves that completed
+        # Parts of a completed wave whose final part never came (lost with its sender): it runs again, unless the
+        # snapshot holds it, and the run again sends them all
+        unfinished: dict[int, list[Any]] = defaultdict(list)
+        for (wave, _task), parts in self._parts.items():
+            if max(self.snapshot, snapshot) < wave <= applied:
+                unfinished[wave].extend(parts)
+        self._parts.clear()
+        withdrawn += [WithdrawAcks(w, tuple(unfinished[w])) for w in sorted(unfinished)]
+        withdrawn.sort(key=lambda instruction: instruction.wave)
         for wave in [w for w in self._arrived if w > applied]:
             del self._arrived[wave]
         self._complete = max(min(self._complete, max(applied, self.start)), snapshot)
@@ -140,6 +157,14 @@ class AckGate:
         tasks = self._arrived[event.wave]
         if event.task in tasks:  # the wave ran again: this task's acks of it are in already
             return []
+        if not event.final:
+            if event.held:
+                raise ValueError(f"AckGate: a stateful task's acks come whole, at the end of its wave ({event.task})")
+            self._parts.setdefault((event.wave, event.task), []).append(event.acks)
+            if event.wave > self.committed:
+                self._kept[event.wave].append(event.acks)
+            return [ApplyAcks(event.wave, (event.acks,))]
+        self._parts.pop((event.wave, event.task), None)
         tasks.add(event.task)
         before = self._complete
         while len(self._arrived.get(self._complete + 1, ())) >= self.expected:

@@ -57,6 +57,10 @@ class Inbox:
                     self._peak = self.buffered
         self._queue.put((message, size))
 
+    def empty(self) -> bool:
+        """Nothing waits to be taken (a ``get`` now would block)."""
+        return self._queue.empty()
+
     def take_peak(self) -> int:
         """The most bytes held at once since the last call (or since the start)."""
         with self._lock:

@@ -236,13 +236,15 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class AckerInput:
     """Bolt task -> an acker task's worker: the task's acks of one wave for the acker tasks there (possibly none:
-    one is sent every wave, so the worker knows when it has them all). A stateful task's are ``held``."""
+    a ``final`` one is sent every wave, so the worker knows when it has them all; a plain task may send parts of
+    them before it, when it has nothing else to do). A stateful task's are ``held``."""
 
     generation: int
     wave: int
     task: int
     acks: AckBatch
     held: bool
+    final: bool = True
 
 
 @wire

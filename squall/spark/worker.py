@@ -137,6 +137,7 @@ class Worker:
         self.batches: Any = None  # a run of batches: its tasks here, as its ``RunSettings.batch_host`` hosts them
         self.final = False  # the run is over: nothing of it is kept in this Python process
         self.arrivals: dict[int, float] = {}  # id of a batch taken and not executed yet -> when it was taken
+        self.unshipped: set[int] = set()  # tasks that executed a batch since their emits and acks last left
         self.mixed_streams = frozenset(  # components that emit on more than one stream: their batches are counted
             cid for cid, spec in self.topology.components.items() if len(spec.streams) > 1
         )
@@ -144,9 +145,16 @@ class Worker:
 
     # -- messages ----------------------------------------------------------------
     def serve(self) -> None:
-        receive, local = self.inbox.get, self.local
+        receive, local, inbox = self.inbox.get, self.local, self.inbox
         while True:
-            message = local.popleft() if local else receive()
+            if local:
+                message = local.popleft()
+            else:
+                if self.unshipped and inbox.empty():  # nothing else to do: what the tasks made so far leaves now
+                    self._ship_early()
+                    if local:
+                        continue
+                message = receive()
             if message is None:
                 return
             if isinstance(message, Stop):
@@ -243,6 +251,7 @@ class Worker:
         self.reports = defaultdict(list)
         self.local.clear()
         self.arrivals.clear()
+        self.unshipped.clear()
         self.generation, self.placement = message.generation, message.placement
         # Restored tasks may have gone back to an older state: only what completes from now on lets blobs go.
         self.snapshot_horizon = self.checkpoint_horizon = 0
@@ -371,17 +380,36 @@ class Worker:
                 self._load_weights(settings),
             )
 
-    def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch) -> None:
-        """A bolt task's acks of one wave, to the worker of each root's acker task: one message to every worker
-        hosting an acker task, even when it has nothing for it."""
-        parts: dict[int, list[AckBatch]] = {w: [] for w in set(self.acker_workers.values())}
+    def _ship_early(self) -> None:
+        """The worker has nothing else to do: the tasks that executed since they last shipped send their emits
+        downstream now, and then a plain task's acks so far go to the acker tasks as a part of its wave's (they
+        hold the edges of the children just sent, so no tree is acked before its children are on their way).
+        Under load the inbox is seldom empty and batches grow; when it is light, tuples and acks move on at once."""
+        for task_id in self.unshipped:
+            hosted = self.tasks.get(task_id)
+            if hosted is None or not hosted.started:
+                continue
+            task = hosted.task
+            for batch in task.collector.take_batches():
+                self._send(batch)
+            if self.acker_workers and task.state is None:
+                acks = task.collector.take_acks()
+                if len(acks):
+                    self._send_acks(task.collector.wave, task, acks, final=False)
+        self.unshipped.clear()
+
+    def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch, final: bool = True) -> None:
+        """A bolt task's acks of one wave, to the worker of each root's acker task: at the end of its wave, one
+        message to every worker hosting an acker task, even when it has nothing for it; a part before it
+        (``final`` False) only to those it has acks for."""
+        parts: dict[int, list[AckBatch]] = {w: [] for w in set(self.acker_workers.values())} if final else {}
         if len(acks):
             for acker, part in enumerate(acks.by_partition(self.num_ackers)):
                 if len(part):
-                    parts[self.acker_workers[acker]].append(part)
+                    parts.setdefault(self.acker_workers[acker], []).append(part)
         held = task.state is not None
         for worker, batches in parts.items():
-            message = AckerInput(self.generation, wave, task.task, AckBatch.combine(batches), held)
+            message = AckerInput(self.generation, wave, task.task, AckBatch.combine(batches), held, final)
             if worker == self.index:
                 if self.spouts is not None:
                     self.spouts.acker_input(message)
@@ -411,6 +439,7 @@ class Worker:
         arrived = self.arrivals.pop(id(batch), None)
         if batch.values:
             execute_batch(task, batch)
+            self.unshipped.add(task_id)
             rows = len(batch.values)
             if arrived is not None:
                 hosted.process_seconds += (time.perf_counter() - arrived) * rows
@@ -428,6 +457,7 @@ class Worker:
         collector = task.collector
         for batch in collector.take_last_batches(hosted.readers):
             self._send(batch)
+        self.unshipped.discard(task_id)
         status = collector.status
         status.process_seconds, status.inputs = hosted.process_seconds, hosted.inputs
         hosted.process_seconds, hosted.inputs = 0.0, {}

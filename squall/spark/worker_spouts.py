@@ -217,7 +217,9 @@ class WorkerSpouts:
 
     # -- the acker tasks here -------------------------------------------------------------
     def acker_input(self, message: AckerInput) -> None:
-        self._apply(self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held)))
+        self._apply(
+            self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held, message.final))
+        )
 
     def commit(self, wave: int, snapshot: int = 0) -> None:
         self._apply(self.gate.handle(WaveCommitted(wave, snapshot)))
