@@ -176,6 +176,7 @@ class LocalCluster:
 
     def _steps(self, run: Run, stop: threading.Event) -> None:
         sleep, long_sleep = run.conf[cfg.SQUALL_IDLE_SLEEP_SECS], run.conf[cfg.SQUALL_IDLE_MAX_SLEEP_SECS]
+        dry_pause = run.conf[cfg.SQUALL_WAVE_DRY_PAUSE_MS] / 1000
         first_pause = pause = min(sleep, FIRST_IDLE_PAUSE_SECS)
         limit, errors_in_a_row = run.conf[cfg.SQUALL_WAVE_MAX_FAILURES], 0
         while not stop.is_set():
@@ -204,6 +205,10 @@ class LocalCluster:
                 pause = min(max(sleep, long_sleep) if long_idle else sleep, pause * 2)
             else:
                 pause = first_pause
+                # The spouts had less than their calls allowed: as Storm's spout waits when next_tuple emits
+                # nothing, the next wave waits a moment, which leaves the workers time to ship what they made
+                if info.dry and dry_pause and run.woken.wait(dry_pause):
+                    run.woken.clear()
 
     def kill_topology(self, name: str, wait_secs: float | None = None) -> None:
         """Stop a topology. With ``wait_secs``, as ``storm kill -w``: the spouts are deactivated, the pending

@@ -54,6 +54,7 @@ SQUALL_WORKER_GC_THRESHOLD = "squall.worker.gc.threshold"
 SQUALL_WORKER_SWITCH_INTERVAL_MS = "squall.worker.switch.interval.ms"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
+SQUALL_WAVE_DRY_PAUSE_MS = "squall.wave.dry.pause.ms"  # LocalCluster's pause after a wave whose spouts ran dry
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
@@ -119,6 +120,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WORKER_SWITCH_INTERVAL_MS: 5.0,
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
+    SQUALL_WAVE_DRY_PAUSE_MS: 2.0,
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
@@ -167,6 +169,10 @@ def _int_at_least(low: int) -> Callable[[Any], str | None]:
 
 def _positive_number(v: Any) -> str | None:
     return None if _is_number(v) and 0 < v < float("inf") else "a number > 0"
+
+
+def _non_negative_number(v: Any) -> str | None:
+    return None if _is_number(v) and 0 <= v < float("inf") else "a number >= 0"
 
 
 def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
@@ -274,6 +280,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WORKER_SWITCH_INTERVAL_MS: _positive_number,
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_IDLE_MAX_SLEEP_SECS: _positive_number,
+    SQUALL_WAVE_DRY_PAUSE_MS: _non_negative_number,
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,

@@ -281,7 +281,8 @@ class TopologyRun:
         moved = bool(emits or ticks or self._settled_seen != settled_before or self._acks_due)
         if moved or not completed or self._waiting_for_workers():  # a wave run again after a loss calls no spout
             self._quiet = False
-            return WaveInfo(emits, emits + ticks, completed, confirming=not moved)
+            dry = bool(completed) and self.sizer.dry
+            return WaveInfo(emits, emits + ticks, completed, confirming=not moved, dry=dry)
         self.scheduler.flush_commit()  # the caller may pause: the workers hear of the waves just completed meanwhile
         self._quiet = True
         # Idle only when this wave, alone in flight, completed and moved nothing (a restart drops a wave).

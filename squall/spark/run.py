@@ -29,6 +29,7 @@ class WaveInfo:
     delivered: int  # tuples the wave handed bolts: its spouts' emits, and ticks
     completed: int = 0  # waves that completed
     confirming: bool = False  # nothing moved, and the next step makes sure over a wave that follows every commit
+    dry: bool = False  # its spouts had less to emit than their calls allowed: the next wave may wait a moment
 
     @property
     def idle(self) -> bool:

@@ -43,6 +43,7 @@ class WaveSizer:
         self._emits: dict[int, int] = {}  # wave in flight -> spout emits in it
         self._calls: dict[int, int] = {}  # wave in flight -> the calls it was sent with
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, window))  # (emits, seconds) of the last waves
+        self.dry = False  # the last completed wave's spouts emitted fewer tuples than one task's calls allowed
 
     def calls_per_spout_task(self) -> int:
         return self.size
@@ -59,7 +60,9 @@ class WaveSizer:
         calls = self._calls.pop(wave, self.size)  # its own size: the size may have grown since it went out
         for older in [w for w in self._calls if w < wave]:  # of waves that ran again
             del self._calls[older]
-        self._resize(self._emits.pop(wave, 0), seconds)
+        emits = self._emits.pop(wave, 0)
+        self.dry = emits < calls
+        self._resize(emits, seconds)
         if self.inbox_max_bytes and inbox_peak_bytes > 0 and calls > 0:
             self._bytes_per_call.append(inbox_peak_bytes / calls)
         if self._bytes_per_call:
