@@ -125,6 +125,7 @@ class AckGate:
         for wave in [w for w in self._arrived if w > applied]:
             del self._arrived[wave]
         self._complete = max(min(self._complete, max(applied, self.start)), snapshot)
+        self._advance()  # past the snapshot, waves whose acks had all come before the loss
         self.snapshot = max(self.snapshot, snapshot)
         self._forget()
         self._held = [held for held in self._held if held.wave <= applied]
@@ -167,8 +168,7 @@ class AckGate:
         self._parts.pop((event.wave, event.task), None)
         tasks.add(event.task)
         before = self._complete
-        while len(self._arrived.get(self._complete + 1, ())) >= self.expected:
-            self._complete += 1
+        self._advance()
         if before < self.snapshot:  # late acks of a wave the last snapshot holds: it may be forgotten now
             self._forget()
         instruction = ApplyAcks(event.wave, (event.acks,), event.held)
@@ -178,6 +178,11 @@ class AckGate:
             return [instruction]
         self._held.append(instruction)
         return self._released()
+
+    def _advance(self) -> None:
+        """``_complete`` up to the last wave before the first that has not had every task's acks."""
+        while len(self._arrived.get(self._complete + 1, ())) >= self.expected:
+            self._complete += 1
 
     def _released(self) -> list[ApplyAcks]:
         due = [held for held in self._held if held.wave <= self.released]

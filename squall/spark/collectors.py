@@ -127,14 +127,16 @@ class OutputCollector:
     Use it from the task's ``execute`` (and a ``BatchBolt``'s ``finish_batch``), on the task's thread: it is not
     thread-safe, and it cannot emit from ``prepare``, which comes before the task's first wave. Emits are routed by
     the groupings into a ``Batch`` per target task, and reach each target task in the order they were made. Acks,
-    fails and timeout resets are buffered and go to the ackers, XOR-reduced per root, when the task ends its wave;
-    they take effect once that wave has completed. In a transactional topology (a ``BatchBolt``'s collector) there
-    is no tuple tree: anchors and acks change nothing, and ``fail`` in ``execute`` fails the batch.
+    fails and timeout resets are buffered and go to the ackers, XOR-reduced per root, after the emits made before
+    them: whenever the task's worker has nothing else to do, and when the task ends its wave at the latest (a
+    stateful bolt's only then: they take effect once a checkpoint holds its state). In a transactional topology (a
+    ``BatchBolt``'s collector) there is no tuple tree: anchors and acks change nothing, and ``fail`` in ``execute``
+    fails the batch.
 
-    A batch that reaches ``CHUNK_ROWS`` goes to ``ship`` at once; the rest stay in ``outbox`` until the task
-    ends its wave (``take_batches``). The common emit (declared plain values, to one subscriber whose grouping
-    picks one task, anchored to one tuple in one tree) takes a short path with no per-tuple allocation beyond
-    the row itself.
+    A batch that reaches ``CHUNK_ROWS`` goes to ``ship`` at once; the rest stay in ``outbox`` until the worker
+    takes them (``take_batches``), when it has nothing else to do or the task ends its wave. The common emit
+    (declared plain values, to one subscriber whose grouping picks one task, anchored to one tuple in one tree)
+    takes a short path with no per-tuple allocation beyond the row itself.
     """
 
     # Compiled, these are the fields of a C struct (``setup.py``): ``emit`` reads them once per tuple.

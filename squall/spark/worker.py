@@ -13,13 +13,15 @@ and the state they start from. Then it serves messages until ``Stop``:
 
 A task works on one wave at a time, in wave order (``wave_gate.WaveGate`` says
 what runs when). It executes every batch of its current wave as it arrives, in
-each producer's emission order, and holds batches of later waves. Once every
-producer (the driver and each task upstream) has sent its ``last`` batch, the
-task ends the wave: its remaining emits leave as ``last`` batches to every
-downstream task, its acks, XOR-reduced per root, go to the workers of their
-acker tasks (``AckerInput``), and a ``TaskReport`` with its counters (and, at a
-snapshot wave, where it wrote its state) goes to the driver. Then the task
-moves on to the next wave.
+each producer's emission order, and holds batches of later waves. Whenever the
+worker's inbox is empty, what its tasks emitted so far leaves, and then a plain
+task's acks so far, XOR-reduced per root, go to the workers of their acker tasks
+as a part of the wave's (``AckerInput``, ``final`` False). Once every producer
+(the driver and each task upstream) has sent its ``last`` batch, the task ends
+the wave: its remaining emits leave as ``last`` batches to every downstream
+task, the rest of its acks go as the wave's final part, and a ``TaskReport``
+with its counters (and, at a snapshot wave, where it wrote its state) goes to
+the driver. Then the task moves on to the next wave.
 """
 
 from __future__ import annotations
