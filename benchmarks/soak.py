@@ -1,7 +1,7 @@
 """A chaos soak: squall's word count on a standalone Spark cluster, fed at a steady rate, under random faults.
 
     python benchmarks/soak.py --minutes 60 --seed N --plot docs/images/soak-60min.png      # the published run
-    python benchmarks/soak.py --minutes 2 --fault-interval 15:20 --capacity-secs 10   # CI (tests/test_soak.py)
+    python benchmarks/soak.py --minutes 1.5 --fault-interval 12:16 --capacity-secs 10   # CI (tests/test_soak.py)
 
 What runs, all started by this script and stopped at its end (on failure too):
 

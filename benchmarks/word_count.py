@@ -18,7 +18,9 @@ The figures a user's topology is judged by:
 - ``squall_acking_on_vs_off_time_ratio``: three pairs of runs, acking on then off, the median pair's ratio;
 - ``squall_half_capacity_complete_latency_p50_ms`` and ``_p99_ms``: the spout paced at half the acked throughput
   for ``--latency-secs`` (30 s), the latency from each sentence's emit to its ``ack`` as the spout sees it;
-- ``squall_idle_round_trip_p50_ms``: one sentence every 0.3 s through the otherwise idle topology.
+- ``squall_idle_round_trip_p50_ms``: one sentence every 0.3 s through the otherwise idle topology;
+- ``squall_at_<rate>_sentences_per_second_complete_latency_p50_ms`` and ``_p99_ms`` (``--only latency`` with
+  ``--latency-rates``): the same at each rate given.
 
 ``squall_acked_local_or_shuffle_sink_words_per_second`` is the same topology with the sink on
 ``local_or_shuffle``, where the counts stay in their worker: a second line, not the figure.
@@ -503,6 +505,11 @@ def main() -> None:
     parser.add_argument("--tuned", default="1000,5000,20000", help="fixed wave sizes (spout calls per wave) to try")
     parser.add_argument("--latency-secs", type=float, default=30.0)
     parser.add_argument(
+        "--latency-rates",
+        default="",
+        help="latency only: sentences/s, comma-separated, to measure complete latency at as well, for --latency-secs",
+    )
+    parser.add_argument(
         "--only",
         choices=["throughput", "acking", "vocabulary", "exactly-once", "latency", "encryption"],
         help="run only this part (throughput: plain PySpark carrying, then the acking pairs)",
@@ -537,6 +544,11 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
         for _ in range(3):
             latency_figures(sentences, default_secs, args.latency_secs)
         print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.1f}")
+        for rate in (float(r) for r in args.latency_rates.split(",") if r):
+            paced = make_sentences(max(1, int(rate * args.latency_secs)) * WORDS_PER_SENTENCE, seed=11)
+            p50, p99 = squall_latency(paced, rate, {})
+            print(f"squall_at_{rate:.0f}_sentences_per_second_complete_latency_p50_ms={p50:.1f}")
+            print(f"squall_at_{rate:.0f}_sentences_per_second_complete_latency_p99_ms={p99:.1f}")
         return
     if args.only == "acking":
         acking_figures(sentences, words)

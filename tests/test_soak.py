@@ -1,5 +1,5 @@
-"""The chaos soak, 2 minutes of it: ``benchmarks/soak.py`` runs squall's word count on a standalone cluster of
-three workers at half its capacity, with a fault every 15 to 20 s, and checks at the end that every sentence was
+"""The chaos soak, 90 s of it: ``benchmarks/soak.py`` runs squall's word count on a standalone cluster of
+three workers at half its capacity, with a fault every 12 to 16 s, and checks at the end that every sentence was
 acked, every word reached the sink, the stateful counts are exact, RSS and open files did not grow, and each fault
 recovered in time. The seed is new each run and printed (``pytest -s`` shows the whole output)."""
 
@@ -19,10 +19,10 @@ CHECKS = ("driver_exit", "all_acked", "sink_complete", "counts_exact", "rss_grow
 
 
 @pytest.mark.timeout(1500)
-def test_two_minutes_of_faults_lose_nothing_and_count_exactly():
+def test_ninety_seconds_of_faults_lose_nothing_and_count_exactly():
     require("redis-server", "redis-server")
     require("java", "openjdk-17-jre-headless")
-    args = [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "2", "--fault-interval", "15:20"]
+    args = [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--minutes", "1.5", "--fault-interval", "12:16"]
     # Every end check is the soak's own, its recovery target (30 s) included: the slowest kind, a paused worker,
     # recovers in about 20 s (docs/reliability.md). The suite runs one test at a time, so this one has the
     # machine to itself.
@@ -41,4 +41,4 @@ def test_two_minutes_of_faults_lose_nothing_and_count_exactly():
     for name in CHECKS:
         assert re.search(rf"^check={name} result=pass", output, re.MULTILINE), f"check {name} did not pass"
     assert re.search(r"^result outcome=pass", output, re.MULTILINE)
-    assert len(re.findall(r"^minute ", output, re.MULTILINE)) == 2  # a line of figures each minute
+    assert len(re.findall(r"^minute ", output, re.MULTILINE)) == 1  # a line of figures each whole minute

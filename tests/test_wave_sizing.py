@@ -136,3 +136,15 @@ def test_a_waves_bytes_a_call_are_counted_over_the_calls_it_went_out_with():
     assert complete(sizer, 1, 64, 0.001) == 256  # full and quick: the size grows
     sizer.sized(3, 256)
     assert complete(sizer, 2, 64, 0.001, inbox_peak=64 * 1_000_000) == int(16_000_000 * BUFFER_HEADROOM / 1_000_000)
+
+
+def test_a_wave_whose_spouts_emitted_less_than_their_calls_is_dry():
+    """The loop pauses ``squall.wave.dry.pause.ms`` after such a wave, as Storm's spout waits when ``next_tuple``
+    emits nothing; a full wave goes on at once."""
+    sizer = WaveSizer(TARGET, 20_000)
+    sizer.sized(1, INITIAL_CALLS)
+    complete(sizer, 1, INITIAL_CALLS - 1, 0.01)
+    assert sizer.dry
+    sizer.sized(2, INITIAL_CALLS)
+    complete(sizer, 2, INITIAL_CALLS, 0.01)
+    assert not sizer.dry
