@@ -82,8 +82,8 @@ def test_a_tree_is_acked_before_its_wave_ends(spark, tmp_path):
     b.set_bolt("first", WaitsForA(str(tmp_path)), 2).fields_grouping("two", ["n"])
     b.set_bolt("sink", Sink()).shuffle_grouping("first")
     with LocalCluster() as cluster:
-        run = cluster.submit_topology("early-acks", {}, b.build())
+        cluster.submit_topology("early-acks", {}, b.build())
         stats = cluster.wait_idle("early-acks", timeout=GIVE_UP_SECS * 4)
         assert not cluster.failures
-    assert run.stats.of("two").acked == 2 and stats.of("two").failed == 0
+    assert stats.of("two").acked == 2 and stats.of("two").failed == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["B-saw-A-acked", f"acked-{A}", f"acked-{B}"]

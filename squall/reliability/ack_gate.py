@@ -111,17 +111,15 @@ class AckGate:
         up to the snapshot never runs again: what did not arrive of it (lost with its worker) never will, so it
         counts as complete."""
         self.expected = expected
-        withdrawn = [WithdrawAcks(w, tuple(self._kept.pop(w))) for w in sorted(self._kept) if w > applied]
-        self._kept.clear()  # the rest are of waves that completed
+        taken_back = {w: acks for w, acks in self._kept.items() if w > applied}  # the rest: of completed waves
         # Parts of a completed wave whose final part never came (lost with its sender): it runs again, unless the
         # snapshot holds it, and the run again sends them all
-        unfinished: dict[int, list[Any]] = defaultdict(list)
         for (wave, _task), parts in self._parts.items():
             if max(self.snapshot, snapshot) < wave <= applied:
-                unfinished[wave].extend(parts)
+                taken_back.setdefault(wave, []).extend(parts)
+        self._kept.clear()
         self._parts.clear()
-        withdrawn += [WithdrawAcks(w, tuple(unfinished[w])) for w in sorted(unfinished)]
-        withdrawn.sort(key=lambda instruction: instruction.wave)
+        withdrawn = [WithdrawAcks(w, tuple(taken_back[w])) for w in sorted(taken_back)]
         for wave in [w for w in self._arrived if w > applied]:
             del self._arrived[wave]
         self._complete = max(min(self._complete, max(applied, self.start)), snapshot)
