@@ -17,7 +17,7 @@ from squall import LocalCluster, StatefulBolt, TopologyBuilder
 from squall.connectors.queue import QueueSpout, ReliableQueue
 from squall.security import BlobSealer, TamperedBlobError, checkpoint_key
 from squall.spark.protocol import Batch
-from squall.spark.snapshots import SnapshotStore
+from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.state.providers import FileStateProvider, StatePart
 
 LAYOUT = {"count": [1]}
@@ -68,7 +68,7 @@ def test_snapshots_and_spout_logs_written_by_the_workers_are_refused_once_change
     store = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())
     batch = Batch(0, 3, 1, "sentences", 1, 2)
     batch.add("default", ("the cow jumped",), 5, 9)
-    store.log_spout_wave(1, 3, [batch])
+    store.log_spout_wave(1, 3, pickle_spout_wave([batch]))
     assert [list(b.rows()) for b in store.spout_wave(1, 3)] == [[("default", ("the cow jumped",))]]
     path = store.write_task(3, 2, pickle.dumps({"counts": {"cow": 1}}))
     assert pickle.loads(store.read_task(path)) == {"counts": {"cow": 1}}

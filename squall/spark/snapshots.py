@@ -104,6 +104,11 @@ class SnapshotTimer:
             self.next_at = self.sent_at + self.spacing
 
 
+def pickle_spout_wave(batches: list[Batch]) -> bytes:
+    """A spout task's batches of one wave, pickled for its log (``SnapshotStore.log_spout_wave``)."""
+    return cloudpickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)  # values of shipped classes too
+
+
 class SnapshotStore:
     def __init__(self, root: str, run_id: str, sealer: BlobSealer) -> None:
         self.sealer = sealer
@@ -159,8 +164,8 @@ class SnapshotStore:
                 self._delete_dir(f"{self.base}/snapshots/{name}")
 
     # -- spout logs ------------------------------------------------------------------------
-    def log_spout_wave(self, task: int, wave: int, batches: list[Batch]) -> None:
-        blob = cloudpickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)  # values of shipped classes too
+    def log_spout_wave(self, task: int, wave: int, blob: bytes) -> None:
+        """Write what spout task ``task`` emitted in ``wave``: ``pickle_spout_wave`` of its batches."""
         self._write(f"{self.base}/spout-log/task-{task}/wave-{wave}", blob)
 
     def drop_spout_wave(self, task: int, wave: int) -> None:

@@ -156,6 +156,9 @@ class Worker:
                     self._ship_early()
                     if local:
                         continue
+                if self.spouts is not None and self.spouts.unlogged and inbox.empty():  # then the spouts' logs
+                    self.spouts.write_logs()
+                    continue
                 message = receive()
             if message is None:
                 return

@@ -25,9 +25,12 @@ to do; a stateful task's come at the end of its wave and wait for the checkpoint
 
 When the run starts again after a worker was lost, every task restarts from the last complete snapshot and every
 wave sent since it runs again from the spout tasks' logs, so the tasks' state holds every tree acked before the
-loss, and the trees still pending are completed by the acks of the run again (``AckGate``). A spout task whose
-worker was lost (and with it the acker tasks there, and their trees) is opened again, and its source redelivers
-what it had not acked: Storm's "acker task dies" case. Nothing acknowledged is lost.
+loss, and the trees still pending are completed by the acks of the run again (``AckGate``). A wave's emits are
+pickled for the log as they leave, and the log is written after them, when the worker is next idle, and at the
+latest before any tree is acked or failed here or any other message is taken: writing it is not on their way,
+and no tree is acked whose wave a run again would not hold. A spout task whose worker was lost (and with it the
+acker tasks there, and their trees) is opened again, and its source redelivers what it had not acked: Storm's
+"acker task dies" case. Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from squall.spark.protocol import (
     WaveInput,
 )
 from squall.spark.shipping import ShippedTopology, new_component
-from squall.spark.snapshots import SnapshotStore
+from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.spark.spouts import SpoutHost
 from squall.spark.stats import RunStats
 from squall.spark.trees import PendingTrees
@@ -99,6 +102,7 @@ class WorkerSpouts:
         self.ackers = frozenset(ackers)
         self.store = store  # the spout tasks' emits of each wave are logged there, for replay
         self.logged: deque[tuple[int, int]] = deque()  # (spout task, wave) logged, oldest first
+        self.unlogged: list[tuple[int, int, bytes]] = []  # (spout task, wave, its emits pickled): sent, to write
         self.stats = RunStats()
         conf = shipped.conf
         num_ackers = settings.num_ackers
@@ -118,11 +122,20 @@ class WorkerSpouts:
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
 
+    def write_logs(self) -> None:
+        """Write the logs of the waves sent since the last call. The worker calls it when it is idle; everything
+        here that may settle a tree or read the logs calls it first."""
+        unlogged, self.unlogged = self.unlogged, []
+        for task, wave, blob in unlogged:
+            self.store.log_spout_wave(task, wave, blob)
+            self.logged.append((task, wave))
+
     def restart(self, applied: int, bolt_tasks: int, snapshot: int = 0) -> None:
         """A new generation: the workers' tasks restart from the last complete snapshot, and every wave sent since
         it runs again, with its acks. Of the waves after ``applied`` (the last completed one) the acks applied here
         are withdrawn from the trees still pending, which the run again's acks complete; the trees acked already
         stay acked, the restarted tasks' state holding what their tuples did (``AckGate``)."""
+        self.write_logs()
         for withdrawn in self.gate.restarted(bolt_tasks, applied, snapshot):
             acks = AckBatch.combine(withdrawn.acks)
             if self.trees is not None and len(acks):
@@ -132,6 +145,7 @@ class WorkerSpouts:
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
         """The wave's spout calls (or, for a replayed wave, what the spout tasks logged for it); its batches go
         out through ``send``."""
+        self.write_logs()
         use_simulated_time(message.simulated_now)
         if message.replay:
             return self._replay(message, worker, send)
@@ -146,10 +160,9 @@ class WorkerSpouts:
         for target, batches in self.host.take_wave().items():
             for batch in batches:
                 by_source[batch.source][target] = batch
-        if self.store is not None:
+        if self.store is not None:  # pickled before the bolts here see the values; written once they left
             for task, batches in by_source.items():
-                self.store.log_spout_wave(task, message.wave, list(batches.values()))
-                self.logged.append((task, message.wave))
+                self.unlogged.append((task, message.wave, pickle_spout_wave(list(batches.values()))))
         self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
@@ -219,17 +232,20 @@ class WorkerSpouts:
 
     # -- the acker tasks here -------------------------------------------------------------
     def acker_input(self, message: AckerInput) -> None:
+        self.write_logs()
         self._apply(
             self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held, message.final))
         )
 
     def commit(self, wave: int, snapshot: int = 0) -> None:
+        self.write_logs()
         self._apply(self.gate.handle(WaveCommitted(wave, snapshot)))
         while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
             task, logged_wave = self.logged.popleft()
             self.store.drop_spout_wave(task, logged_wave)
 
     def release(self, wave: int) -> None:
+        self.write_logs()
         self._apply(self.gate.handle(CheckpointReleased(wave)))
 
     def _apply(self, due: list[ApplyAcks]) -> None:
@@ -243,6 +259,7 @@ class WorkerSpouts:
         """Close the spout tasks here; with ``fail_pending``, their pending trees fail back to them first, and
         ``active`` False tells them ``deactivate`` before that, if they were not told yet."""
         try:
+            self.write_logs()
             self.host.set_active(active)
             self.host.apply_activation()
             if fail_pending and self.trees is not None and len(self.trees):
