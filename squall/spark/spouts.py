@@ -6,8 +6,8 @@ The host calls ``next_tuple`` on each spout task within its ``max.spout.pending`
 budget and the wave's size. An emit with a message id starts a tuple tree
 (``trees.PendingTrees.start``) and becomes one row per target task in the
 wave's ``SpoutOutbox``, carrying the tree's root. When the wave is taken, each
-row gets its edge id, drawn all at once, and the new trees' init messages reach
-their acker tasks (``take_wave``). When
+row gets its edge id, drawn all at once (``take_wave``), and once the batches have
+left, the new trees' init messages reach their acker tasks (``merge_inits``). When
 trees settle, the host calls ``ack`` or ``fail`` on the exact spout task that
 emitted each one and records its complete latency.
 """
@@ -188,6 +188,7 @@ class SpoutHost:
         self.stats = stats
         self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
         self.outbox = SpoutOutbox()
+        self._inits: tuple[list, list] = ([], [])  # (roots, edges) of trees taken, not merged yet
         self._now: Callable[[], float] = clock.now
         self._max_pending = max_pending
         self._captured = captured  # default-stream emits, when testing asks for them
@@ -335,13 +336,13 @@ class SpoutHost:
                     self._call(s, hook)
 
     def take_wave(self) -> dict[int, list[Batch]]:
-        """The driver's batches for the next wave, per target task. Each copy of a tracked spout tuple gets its
-        edge id here, all at once, and the trees started since the last wave reach the ledger (settling any
-        that can)."""
+        """The batches of the wave, per target task. Each copy of a tracked spout tuple gets its edge id here,
+        all at once; the trees started since the last wave reach the ackers with ``merge_inits``, which the caller
+        makes once the batches have left, before it takes any ack."""
         inputs = self.outbox.take()
         if self.trees is None:
             return inputs
-        roots, edges = [], []
+        roots, edges = self._inits
         for batches in inputs.values():
             for batch in batches:
                 if not any(batch.roots):
@@ -350,9 +351,15 @@ class SpoutHost:
                 batch.edges, entering, entered = draw_edges(batch.roots, self.trees.new_edges)
                 roots.append(entering)  # the trees' inits
                 edges.append(entered)
-        if roots:
-            self.settle(self.trees.merge_inits(np.concatenate(roots), np.concatenate(edges)))
         return inputs
+
+    def merge_inits(self) -> None:
+        """The init messages of the trees the last ``take_wave`` started, to their acker tasks here (settling any
+        tree whose acks all came before)."""
+        roots, edges = self._inits
+        if roots:
+            self._inits = ([], [])
+            self.settle(self.trees.merge_inits(np.concatenate(roots), np.concatenate(edges)))
 
     def settle(self, settlement: Settlement) -> None:
         """``ack`` or ``fail`` on the spout task of each finished tree; complete latencies recorded per spout."""

@@ -160,10 +160,11 @@ class WorkerSpouts:
         for target, batches in self.host.take_wave().items():
             for batch in batches:
                 by_source[batch.source][target] = batch
-        if self.store is not None:  # pickled before the bolts here see the values; written once they left
+        self._send_wave(message, by_source, send)
+        self.host.merge_inits()  # after the batches left, before any ack is taken here
+        if self.store is not None:  # pickled before the bolts here see the values; written when idle
             for task, batches in by_source.items():
                 self.unlogged.append((task, message.wave, pickle_spout_wave(list(batches.values()))))
-        self._send_wave(message, by_source, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
         ackers, captured = self.take_ackers(), self.host.take_captured()
