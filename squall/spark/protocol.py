@@ -168,6 +168,7 @@ class Assign:
     ackers: list[int] = field(default_factory=list)  # the acker tasks it hosts
     acker_workers: dict[int, int] = field(default_factory=dict)  # every acker task -> the worker that hosts it
     applied: int = 0  # the last wave completed: the acks applied of the waves after it are withdrawn (AckGate)
+    tree_workers: list[int] = field(default_factory=list)  # the workers hosting spout tasks: their ackers hold trees
 
 
 @wire

@@ -608,6 +608,7 @@ class WaveScheduler:
                     [a for a, w in self.acker_workers.items() if w == worker],
                     self.acker_workers,
                     self.applied,
+                    sorted(set(self.spout_workers.values()) & set(self.acker_workers.values())),
                 ),
             )
             for worker, connection in self._connections.items()

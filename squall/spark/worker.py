@@ -127,6 +127,7 @@ class Worker:
         self.local: deque[Any] = deque()  # batches between tasks of this worker
         self.spouts: WorkerSpouts | None = None  # its spout and acker tasks, when spouts run on the workers
         self.acker_workers: dict[int, int] = {}  # every acker task -> its worker, when spouts run on the workers
+        self.tree_workers: list[int] = []  # the workers whose acker tasks hold trees: those hosting spout tasks
         self.num_ackers = 0
         self.store: SnapshotStore | None = None  # when spouts run on the workers: snapshots on an interval
         self.snapshot_waves: set[int] = set()  # waves at whose end every bolt task writes its state
@@ -360,6 +361,7 @@ class Worker:
         """The spout and acker tasks here: those that stay keep their instances (their pending trees fail back to
         them), those that left are closed, and new ones are made."""
         self.acker_workers, self.num_ackers = message.acker_workers, settings.num_ackers
+        self.tree_workers = message.tree_workers
         bolt_tasks = sum(spec.parallelism for spec in self.topology.bolts.values())
         same = (
             self.spouts is not None
@@ -405,9 +407,10 @@ class Worker:
 
     def _send_acks(self, wave: int, task: BoltTask, acks: AckBatch, final: bool = True) -> None:
         """A bolt task's acks of one wave, to the worker of each root's acker task: at the end of its wave, one
-        message to every worker hosting an acker task, even when it has nothing for it; a part before it
-        (``final`` False) only to those it has acks for."""
-        parts: dict[int, list[AckBatch]] = {w: [] for w in set(self.acker_workers.values())} if final else {}
+        message to every worker whose acker tasks hold trees (those hosting spout tasks: a tree's root is drawn for
+        an acker task beside its spout task), even when it has nothing for it; a part before it (``final`` False)
+        only to those it has acks for."""
+        parts: dict[int, list[AckBatch]] = {w: [] for w in self.tree_workers} if final else {}
         if len(acks):
             for acker, part in enumerate(acks.by_partition(self.num_ackers)):
                 if len(part):

@@ -54,7 +54,7 @@ from squall.spark.protocol import (
 from squall.spark.shipping import ShippedTopology, new_component
 from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.spark.spouts import SpoutHost
-from squall.spark.stats import RunStats
+from squall.spark.stats import RunStats, latency_histogram
 from squall.spark.trees import PendingTrees
 from squall.time import now, use_simulated_time
 
@@ -214,7 +214,7 @@ class WorkerSpouts:
             latencies = None
             if stats.latency_count:
                 latencies = stats.latencies.encode()
-                stats.latencies.reset()
+                stats.latencies = latency_histogram()  # a new one: resetting one zeroes its counts in Python
             statuses[s.task] = (
                 s.component,
                 SpoutStatus(
