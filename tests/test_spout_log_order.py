@@ -68,6 +68,8 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
 
     acks = AckBatch.from_acks(np.asarray(batch.roots), np.asarray(batch.edges), [], [])
     spouts.acker_input(AckerInput(0, 1, sink_task, acks, held=False, final=True))
+    assert spouts.host.tasks[0].spout.acked == []  # applied when the worker is next idle
+    spouts.settle_due()  # what the worker does when its inbox is empty
 
     spout = spouts.host.tasks[0].spout
     assert spout.acked == [(0, ["wave-1"]), (1, ["wave-1"]), (2, ["wave-1"])]  # logged before the first ack
@@ -90,7 +92,7 @@ def test_an_idle_worker_writes_the_log_and_a_commit_drops_it(tmp_path):
     spouts.run_wave(WaveInput(0, 2, None, [], spout_calls=2), 0, lambda batch: None)  # logs wave 1 first
     assert [p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")] == ["wave-1"]
 
-    spouts.write_logs()  # what the worker does when its inbox is empty
+    spouts.settle_due()  # what the worker does when its inbox is empty
     assert sorted(p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")) == ["wave-1", "wave-2"]
 
     spouts.commit(2, snapshot=1)  # a complete snapshot holds wave 1's effects: its log goes

@@ -157,8 +157,8 @@ class Worker:
                     self._ship_early()
                     if local:
                         continue
-                if self.spouts is not None and self.spouts.unlogged and inbox.empty():  # then the spouts' logs
-                    self.spouts.write_logs()
+                if self.spouts is not None and self.spouts.unsettled and inbox.empty():  # then logs, and acks
+                    self.spouts.settle_due()
                     continue
                 message = receive()
             if message is None:

@@ -27,10 +27,11 @@ When the run starts again after a worker was lost, every task restarts from the 
 wave sent since it runs again from the spout tasks' logs, so the tasks' state holds every tree acked before the
 loss, and the trees still pending are completed by the acks of the run again (``AckGate``). A wave's emits are
 pickled for the log as they leave, and the log is written after them, when the worker is next idle, and at the
-latest before any tree is acked or failed here or any other message is taken: writing it is not on their way,
-and no tree is acked whose wave a run again would not hold. A spout task whose worker was lost (and with it the
-acker tasks there, and their trees) is opened again, and its source redelivers what it had not acked: Storm's
-"acker task dies" case. Nothing acknowledged is lost.
+latest before any tree is acked or failed here or any message from the driver is taken: writing it is not on
+their way, and no tree is acked whose wave a run again would not hold. Acks the gate lets through are applied
+then too, all those that came since the last idle moment in one merge. A spout task whose worker was lost (and
+with it the acker tasks there, and their trees) is opened again, and its source redelivers what it had not acked:
+Storm's "acker task dies" case. Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class WorkerSpouts:
         self.store = store  # the spout tasks' emits of each wave are logged there, for replay
         self.logged: deque[tuple[int, int]] = deque()  # (spout task, wave) logged, oldest first
         self.unlogged: list[tuple[int, int, bytes]] = []  # (spout task, wave, its emits pickled): sent, to write
+        self.due: list[ApplyAcks] = []  # acks the gate let through, to apply (``settle_due``)
         self.stats = RunStats()
         conf = shipped.conf
         num_ackers = settings.num_ackers
@@ -122,20 +124,32 @@ class WorkerSpouts:
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
 
-    def write_logs(self) -> None:
-        """Write the logs of the waves sent since the last call. The worker calls it when it is idle; everything
-        here that may settle a tree or read the logs calls it first."""
+    @property
+    def unsettled(self) -> bool:
+        """Waves sent are not logged yet, or acks let through are not applied yet (``settle_due``)."""
+        return bool(self.unlogged or self.due)
+
+    def settle_due(self) -> None:
+        """Write the logs of the waves sent since the last call, then apply the acks the gate let through since
+        then, all in one merge (each merge has a fixed cost, and a worker takes many small ``AckerInput``s a
+        wave). The worker calls it whenever its inbox is empty; everything here that settles trees, reads the
+        logs or reports calls it first, so no tree is acked before its wave is logged."""
         unlogged, self.unlogged = self.unlogged, []
         for task, wave, blob in unlogged:
             self.store.log_spout_wave(task, wave, blob)
             self.logged.append((task, wave))
+        if self.due:
+            due, self.due = self.due, []
+            acks = AckBatch.combine([batch for instruction in due for batch in instruction.acks])
+            if self.trees is not None and len(acks):
+                self.host.settle(self.trees.merge_acks(acks))
 
     def restart(self, applied: int, bolt_tasks: int, snapshot: int = 0) -> None:
         """A new generation: the workers' tasks restart from the last complete snapshot, and every wave sent since
         it runs again, with its acks. Of the waves after ``applied`` (the last completed one) the acks applied here
         are withdrawn from the trees still pending, which the run again's acks complete; the trees acked already
         stay acked, the restarted tasks' state holding what their tuples did (``AckGate``)."""
-        self.write_logs()
+        self.settle_due()
         for withdrawn in self.gate.restarted(bolt_tasks, applied, snapshot):
             acks = AckBatch.combine(withdrawn.acks)
             if self.trees is not None and len(acks):
@@ -145,7 +159,7 @@ class WorkerSpouts:
     def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
         """The wave's spout calls (or, for a replayed wave, what the spout tasks logged for it); its batches go
         out through ``send``."""
-        self.write_logs()
+        self.settle_due()
         use_simulated_time(message.simulated_now)
         if message.replay:
             return self._replay(message, worker, send)
@@ -233,34 +247,26 @@ class WorkerSpouts:
 
     # -- the acker tasks here -------------------------------------------------------------
     def acker_input(self, message: AckerInput) -> None:
-        self.write_logs()
-        self._apply(
-            self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held, message.final))
-        )
+        """A bolt task's acks: the gate says which apply now; they are applied at the next ``settle_due``."""
+        self.due += self.gate.handle(AcksArrived(message.wave, message.task, message.acks, message.held, message.final))
 
     def commit(self, wave: int, snapshot: int = 0) -> None:
-        self.write_logs()
-        self._apply(self.gate.handle(WaveCommitted(wave, snapshot)))
+        self.due += self.gate.handle(WaveCommitted(wave, snapshot))
+        self.settle_due()
         while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
             task, logged_wave = self.logged.popleft()
             self.store.drop_spout_wave(task, logged_wave)
 
     def release(self, wave: int) -> None:
-        self.write_logs()
-        self._apply(self.gate.handle(CheckpointReleased(wave)))
-
-    def _apply(self, due: list[ApplyAcks]) -> None:
-        for instruction in due:
-            acks = AckBatch.combine(instruction.acks)
-            if self.trees is not None and len(acks):
-                self.host.settle(self.trees.merge_acks(acks))
+        self.due += self.gate.handle(CheckpointReleased(wave))
+        self.settle_due()
 
     # -- stopping -------------------------------------------------------------------------
     def close(self, fail_pending: bool = False, active: bool = True) -> None:
         """Close the spout tasks here; with ``fail_pending``, their pending trees fail back to them first, and
         ``active`` False tells them ``deactivate`` before that, if they were not told yet."""
         try:
-            self.write_logs()
+            self.settle_due()
             self.host.set_active(active)
             self.host.apply_activation()
             if fail_pending and self.trees is not None and len(self.trees):
