@@ -18,9 +18,10 @@ Each wave, when its ``WaveInput`` arrives:
 A tree's root is drawn so that its acker task is on this worker: its init goes to its ``Acker`` here, and
 its settlement (``ack`` or ``fail`` on the spout task) never leaves the process. The bolt tasks send their acks
 (``AckerInput``, XOR-reduced per root) to the worker of each root's acker: parts whenever their worker is idle,
-and a final one per wave, even when empty. They are applied as they arrive, as Storm's acker applies its
-messages, so a tree is acked as soon as its last task has executed its tuple and had a moment with nothing else
-to do; a stateful task's come at the end of its wave and wait for the checkpoint that holds its state
+and a final one per wave, even when empty. They are applied in any order, as Storm's acker applies its
+messages, whenever this worker is idle (all that came since its last idle moment in one merge), so a tree is
+acked as soon as its last task has executed its tuple and both workers had a moment with nothing else to do; a
+stateful task's come at the end of its wave and wait for the checkpoint that holds its state
 (``Release``).
 
 When the run starts again after a worker was lost, every task restarts from the last complete snapshot and every
