@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, FailedException, Spout
@@ -397,12 +398,14 @@ def opened(spout, conf=None, component="s") -> SpoutRecorder:
 
 
 class RecordValues(BasicBolt):
-    """Records the first value of each tuple in the SQLite table ``seen``, before the tuple is acked."""
+    """Records the first value of each tuple in the SQLite table ``seen``, before the tuple is acked; with
+    ``pause``, it then sleeps that many seconds, as a bolt that calls a slow service does."""
 
     outputs = ()
 
-    def __init__(self, db_path) -> None:
+    def __init__(self, db_path, pause: float = 0.0) -> None:
         self.db_path = str(db_path)
+        self.pause = pause
 
     def prepare(self, conf, context):
         self.db = sqlite3.connect(self.db_path, timeout=30)
@@ -412,6 +415,8 @@ class RecordValues(BasicBolt):
     def execute(self, tup, collector):
         with self.db:
             self.db.execute("INSERT INTO seen (value) VALUES (?)", (tup[0],))
+        if self.pause:
+            time.sleep(self.pause)
 
 
 def recorded(db_path) -> list:

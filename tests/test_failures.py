@@ -105,7 +105,8 @@ def test_a_driver_that_dies_is_restarted_and_the_queue_redelivers(tmp_path):
     producer = ReliableQueue(queue_path, "q")
     values = [f"m{i}" for i in range(400)]
     producer.put_many([v] for v in values)
-    conf = {"test.queue": queue_path, "test.sink": sink}
+    # Each message takes the sink 5 ms: the 400 take a second or more, so the kill comes with messages pending.
+    conf = {"test.queue": queue_path, "test.sink": sink, "test.record.pause.secs": 0.005}
 
     first = start_driver("queue_sink.py", conf)
     deadline = time.monotonic() + 240

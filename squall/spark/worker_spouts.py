@@ -56,7 +56,7 @@ from squall.spark.protocol import (
 from squall.spark.shipping import ShippedTopology, new_component
 from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.spark.spouts import SpoutHost
-from squall.spark.stats import RunStats, latency_histogram
+from squall.spark.stats import RunStats, encode_latencies, latency_histogram
 from squall.spark.trees import PendingTrees
 from squall.time import now, use_simulated_time
 
@@ -228,7 +228,7 @@ class WorkerSpouts:
             stats = self.stats.of_task(s.component, s.task)
             latencies = None
             if stats.latency_count:
-                latencies = stats.latencies.encode()
+                latencies = encode_latencies(stats.latencies)
                 stats.latencies = latency_histogram()  # a new one: resetting one zeroes its counts in Python
             statuses[s.task] = (
                 s.component,
