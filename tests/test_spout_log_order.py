@@ -49,7 +49,9 @@ class Sink(BasicBolt):
         pass
 
 
-def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(tmp_path):
+def one_worker(tmp_path):
+    """The spout and acker tasks of ``numbers -> sink`` on one worker, logging under ``tmp_path``: the
+    ``WorkerSpouts``, its ``SnapshotStore``, and the spout's and the sink's task ids."""
     b = TopologyBuilder()
     b.set_spout("numbers", Numbers(str(tmp_path / RUN / "spout-log")))
     b.set_bolt("sink", Sink()).shuffle_grouping("numbers")
@@ -58,6 +60,11 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
     settings = RunSettings(RUN, seed=1, acking=True, capture=False, num_ackers=1)
     store = SnapshotStore(str(tmp_path), RUN, BlobSealer(b"a checkpoint key of 32 bytes...."))
     spouts = WorkerSpouts(shipped_here(topology, {}), settings, [spout_task], [0], 1, 0, store)
+    return spouts, store, spout_task, sink_task
+
+
+def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(tmp_path):
+    spouts, store, spout_task, sink_task = one_worker(tmp_path)
     sent = []
 
     spouts.run_wave(WaveInput(0, 1, None, [], spout_calls=3), 0, sent.append)
@@ -79,14 +86,7 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
 
 
 def test_an_idle_worker_writes_the_log_and_a_commit_drops_it(tmp_path):
-    b = TopologyBuilder()
-    b.set_spout("numbers", Numbers(str(tmp_path / RUN / "spout-log")))
-    b.set_bolt("sink", Sink()).shuffle_grouping("numbers")
-    topology = b.build()
-    (spout_task,) = topology.task_ids("numbers")
-    settings = RunSettings(RUN, seed=1, acking=True, capture=False, num_ackers=1)
-    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(b"a checkpoint key of 32 bytes...."))
-    spouts = WorkerSpouts(shipped_here(topology, {}), settings, [spout_task], [0], 1, 0, store)
+    spouts, _, _, _ = one_worker(tmp_path)
 
     spouts.run_wave(WaveInput(0, 1, None, [], spout_calls=2), 0, lambda batch: None)
     spouts.run_wave(WaveInput(0, 2, None, [], spout_calls=2), 0, lambda batch: None)  # logs wave 1 first
