@@ -8,7 +8,7 @@ does under simulated time; otherwise it is the wall clock.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -19,6 +19,12 @@ def now() -> float:
     """Seconds on the topology's clock: simulated under ``TestCluster``, else ``time.time()``."""
     simulated = _SIMULATED.get()
     return time.time() if simulated is None else simulated
+
+
+def time_reader() -> Callable[[], float]:
+    """A function that reads ``now()`` while this thread's time stays as it is now: ``time.time`` itself under
+    the wall clock, which a caller reading the time per tuple calls with nothing in between."""
+    return time.time if _SIMULATED.get() is None else now
 
 
 def use_simulated_time(seconds: float | None) -> None:

@@ -1,6 +1,10 @@
 # C declarations for tuple.py when it is compiled (setup.py): the fields of a Tuple, read by the compiled
 # per-tuple path (collectors.py, execution.py) as struct fields.
 
+cimport cython
+
+
+@cython.freelist(256)  # a tuple is made and freed per row per bolt
 cdef class Tuple:
     cdef public tuple values
     cdef public object fields

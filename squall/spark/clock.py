@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 class Clock:
@@ -10,6 +11,10 @@ class Clock:
 
     def now(self) -> float:
         raise NotImplementedError
+
+    def reader(self) -> Callable[[], float]:
+        """A function that reads ``now()`` while the clock keeps its current mode (simulated or not)."""
+        return self.now
 
 
 class RealClock(Clock):

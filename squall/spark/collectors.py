@@ -108,6 +108,15 @@ def _plain_values(values: Any) -> bool:
     return True
 
 
+def plain_tuple(values: Any, arity: cython.Py_ssize_t) -> tuple | None:
+    """``values`` as a tuple, when it is a list or tuple of ``arity`` plain values (``records.EmitChecker``'s fast
+    path, at C speed); None when it is not."""
+    kind = type(values)
+    if (kind is tuple or kind is list) and len(values) == arity and _plain_values(values):
+        return tuple(values)
+    return None
+
+
 def plain_rows(rows: list, arity: cython.Py_ssize_t) -> list | None:
     """``rows`` as tuples, when each is a list or tuple of ``arity`` plain values (``records.EmitChecker``'s fast
     path for many rows at once); None when one is not."""

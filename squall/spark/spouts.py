@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ from squall.model.topology import Topology, TopologyContext
 from squall.reliability.acker import ACKED, TIMED_OUT, Settlement
 from squall.reliability.acks import draw_edges
 from squall.spark.clock import Clock
-from squall.spark.collectors import plain_rows
+from squall.spark.collectors import plain_rows, plain_tuple
 from squall.spark.failures import ErrorStreak, TaskSetupError
 from squall.spark.load import TaskWeights
 from squall.spark.protocol import DRIVER, Batch
@@ -40,22 +39,24 @@ log = logging.getLogger("squall")
 
 
 class SpoutOutbox:
-    """The spout tasks' emits for the next wave, one batch per (target task, source)."""
+    """The spout tasks' emits for the next wave: one batch per source task and target task."""
 
     def __init__(self) -> None:
-        self._batches: dict[int, dict[tuple[str, int], Batch]] = defaultdict(dict)
+        self._batches: dict[int, dict[int, Batch]] = {}  # source task -> target task -> batch
 
     def batch_for(self, target: int, component: str, source: int) -> Batch:
-        per_source = self._batches[target]
-        batch = per_source.get((component, source))
+        per_target = self._batches.get(source)
+        if per_target is None:
+            per_target = self._batches[source] = {}
+        batch = per_target.get(target)
         if batch is None:
-            batch = per_source[(component, source)] = Batch(0, 0, DRIVER, component, source, target)
+            batch = per_target[target] = Batch(0, 0, DRIVER, component, source, target)
         return batch
 
-    def take(self) -> dict[int, list[Batch]]:
-        """Every target task's batches; the outbox starts over."""
-        batches, self._batches = self._batches, defaultdict(dict)
-        return {task: list(per_source.values()) for task, per_source in batches.items()}
+    def take(self) -> dict[int, dict[int, Batch]]:
+        """Each source task's batches, per target task; the outbox starts over."""
+        batches, self._batches = self._batches, {}
+        return batches
 
 
 class SpoutOutputCollector:
@@ -84,6 +85,7 @@ class SpoutOutputCollector:
         self._routes = Routes(topology, component, task, weights=weights)
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
         self._check = EmitChecker(topology, component)
+        self._arity = self._check.arity
         self.emit_budget = 1  # tuples the current next_tuple call may emit (set by the host before each call)
         # A run calls every spout task of a worker in turn, on the thread its bolts run on, and paces an idle
         # topology itself (a progressive wait, as Storm's): next_tuple should return at once when it has nothing,
@@ -93,7 +95,8 @@ class SpoutOutputCollector:
     def emit(self, values: Sequence[Any], msg_id: Any = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit a spout tuple on ``stream``; with a ``msg_id`` it is tracked and acked or failed later. Returns
         the target task ids (none when no bolt reads the stream: a tracked tuple is then acked at once)."""
-        values = self._check(stream, values)
+        checked = plain_tuple(values, self._arity.get(stream, -1))
+        values = self._check(stream, values) if checked is None else checked
         pick = self._pickers.get(stream)
         if pick is None:
             pick = self._pickers[stream] = self._routes.picker(stream) or False
@@ -189,11 +192,13 @@ class SpoutHost:
         self.trees = trees  # None when acking is off: a message id is acked as soon as it is emitted
         self.outbox = SpoutOutbox()
         self._inits: tuple[list, list] = ([], [])  # (roots, edges) of trees taken, not merged yet
-        self._now: Callable[[], float] = clock.now
+        self._clock = clock
+        self._now: Callable[[], float] = clock.reader()  # read again at each ``call``
         self._max_pending = max_pending
         self._captured = captured  # default-stream emits, when testing asks for them
         self._immediate_acks: list[tuple[int, Any]] = []
         self.emits = 0
+        self._emitted: dict[int, int] = {}  # spout task -> its emits not yet in its stats (``count_emits``)
         self.active = True  # deactivated, the spouts are not asked for tuples
         self._wanted_active = True  # as asked from any thread; applied on the run's own thread
         self.tasks = [
@@ -214,8 +219,8 @@ class SpoutHost:
 
     def emit(self, component: str, task: int, stream: str, values: tuple, msg_id: Any, targets: list[int]) -> list[int]:
         self.emits += 1
-        self._component_stats[component].emitted += 1
-        self._task_stats[task].emitted += 1
+        emitted = self._emitted
+        emitted[task] = emitted.get(task, 0) + 1
         batch_for = self.outbox.batch_for
         if msg_id is not None and self.trees is not None and targets:
             root = self.trees.start(task, msg_id, self._now())
@@ -230,6 +235,13 @@ class SpoutHost:
             self._captured.setdefault((component, task), []).append(values)
         return targets
 
+    def count_emits(self) -> None:
+        """Add the emits since the last call to the spout tasks' stats (``emit`` only counts them per task)."""
+        emitted, self._emitted = self._emitted, {}
+        for task, count in emitted.items():
+            self._component_stats[self._by_task[task].component].emitted += count
+            self._task_stats[task].emitted += count
+
     def emit_many(
         self,
         component: str,
@@ -242,8 +254,7 @@ class SpoutHost:
         """``emit`` of each row, to one target task each, with its trees started at once."""
         n = len(rows)
         self.emits += n
-        self._component_stats[component].emitted += n
-        self._task_stats[task].emitted += n
+        self._emitted[task] = self._emitted.get(task, 0) + n
         tracked = msg_ids is not None and self.trees is not None
         if tracked:
             roots = self.trees.start_many(task, msg_ids, self._now())
@@ -294,6 +305,7 @@ class SpoutHost:
         many tuples it may still emit (``emit_budget``), for spouts that emit in bulk."""
         self.open()
         before = self.emits
+        self._now = self._clock.reader()
         self.apply_activation()
         per_task = self.trees.per_task if self.trees is not None else None
         bounded = per_task is not None and self._max_pending is not None
@@ -335,23 +347,24 @@ class SpoutHost:
                 if hasattr(s.spout, hook):  # optional: a spout need only have next_tuple
                     self._call(s, hook)
 
-    def take_wave(self) -> dict[int, list[Batch]]:
-        """The batches of the wave, per target task. Each copy of a tracked spout tuple gets its edge id here,
-        all at once; the trees started since the last wave reach the ackers with ``merge_inits``, which the caller
-        makes once the batches have left, before it takes any ack."""
-        inputs = self.outbox.take()
+    def take_wave(self) -> dict[int, dict[int, Batch]]:
+        """The batches of the wave, per source task and target task. Each copy of a tracked spout tuple gets its
+        edge id here, all at once; the trees started since the last wave reach the ackers with ``merge_inits``,
+        which the caller makes once the batches have left, before it takes any ack."""
+        self.count_emits()
+        by_source = self.outbox.take()
         if self.trees is None:
-            return inputs
+            return by_source
         roots, edges = self._inits
-        for batches in inputs.values():
-            for batch in batches:
+        for batches in by_source.values():
+            for batch in batches.values():
                 if not any(batch.roots):
                     continue
                 batch.roots = np.array(batch.roots, dtype=np.uint64)
                 batch.edges, entering, entered = draw_edges(batch.roots, self.trees.new_edges)
                 roots.append(entering)  # the trees' inits
                 edges.append(entered)
-        return inputs
+        return by_source
 
     def merge_inits(self) -> None:
         """The init messages of the trees the last ``take_wave`` started, to their acker tasks here (settling any

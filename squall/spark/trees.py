@@ -79,6 +79,7 @@ class PendingTrees:
         self._prefix = prefix - prefix % num_ackers  # root - prefix is then the acker, mod num_ackers
         self._local = np.full(num_ackers, -1, dtype=np.int64)  # acker -> its place among ``ackers``
         self._here = np.array(here, dtype=np.int64)
+        self._here_list = here
         self._local[self._here] = np.arange(len(here))
         self._ids = ids
         self._pages: dict[int, _Page] = {}  # first sequence number -> page, oldest first
@@ -119,8 +120,9 @@ class PendingTrees:
 
     def _root_of(self, sequence: int) -> int:
         """The ``sequence``-th tree's root: its acker is ``ackers[sequence mod len(ackers)]``."""
-        rounds, which = divmod(sequence, len(self._here))
-        return self._prefix + rounds * self.num_ackers + int(self._here[which])
+        here = self._here_list
+        rounds, which = divmod(sequence, len(here))
+        return self._prefix + rounds * self.num_ackers + here[which]
 
     def _roots_of(self, sequences: np.ndarray) -> np.ndarray:
         rounds, which = np.divmod(sequences, len(self._here))

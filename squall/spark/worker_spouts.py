@@ -58,7 +58,7 @@ from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.spark.spouts import SpoutHost
 from squall.spark.stats import RunStats, encode_latencies, latency_histogram
 from squall.spark.trees import PendingTrees
-from squall.time import now, use_simulated_time
+from squall.time import now, time_reader, use_simulated_time
 
 log = logging.getLogger("squall.worker")
 
@@ -70,6 +70,9 @@ class TopologyTime:
 
     def now(self) -> float:
         return now()
+
+    def reader(self) -> Callable[[], float]:
+        return time_reader()
 
 
 def spout_placement(topology: Topology, acker_workers: dict[int, int], hosts: list[int]) -> dict[int, int]:
@@ -171,10 +174,7 @@ class WorkerSpouts:
         if self.trees is not None:
             self.trees.wave = message.wave
         emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
-        by_source: dict[int, dict[int, Batch]] = defaultdict(dict)
-        for target, batches in self.host.take_wave().items():
-            for batch in batches:
-                by_source[batch.source][target] = batch
+        by_source = self.host.take_wave()
         self._send_wave(message, by_source, send)
         self.host.merge_inits()  # after the batches left, before any ack is taken here
         if self.store is not None:  # pickled before the bolts here see the values; written when idle
@@ -219,6 +219,7 @@ class WorkerSpouts:
 
     def take_statuses(self) -> dict[int, tuple[str, SpoutStatus]]:
         """Each spout task's counters since the last report; they start again from zero."""
+        self.host.count_emits()
         statuses = {}
         errors = defaultdict(list)
         for report in self.stats.errors:
