@@ -33,12 +33,12 @@ def batch_of(*values) -> Batch:
     return batch
 
 
-def test_a_wave_input_of_plain_values_comes_back_equal():
-    message = WaveInput(
-        2, 7, None, [batch_of("a", 1, 2.5, None, b"x")], None, 500, 1, True, False, False, Commit(2, 6, 0)
-    )
+def test_a_wave_input_and_a_batch_of_plain_values_come_back_equal():
+    message = WaveInput(2, 7, None, (3, 4), None, 500, 1, True, False, False, Commit(2, 6, 0))
     destination, back = decoded(encode(message, 5))
     assert destination == 5 and back == message
+    batch = batch_of("a", 1, 2.5, None, b"x")
+    assert decoded(encode(batch, 5)) == (5, batch)
 
 
 def test_values_of_a_class_defined_in_a_function_and_a_lambda_travel_by_value():

@@ -23,7 +23,7 @@ from squall import Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.model.hashing import stable_hash
 from squall.spark import EmitError, SerializationError
 from squall.spark.hub import Hub
-from squall.spark.protocol import WaveInput
+from squall.spark.protocol import Batch, WaveInput
 from squall.testing import FeederSpout, complete_topology
 
 WORDS = ["cat", "dog", "chicken", "apple", "banana", "cat", "dog", "emu", "fox", "gnu", "cat", "hen"]
@@ -133,7 +133,7 @@ def test_under_local_cluster_the_workers_make_the_tick_tuples_and_the_driver_sen
     executed = run.stats.of("ticker").executed
     assert executed >= 4 and run.stats.of("ticker").emitted == executed  # TickCounter emits once per tick
     waves = [message for message in sent if isinstance(message, WaveInput)]
-    assert waves and all(not batch.values for wave in waves for batch in wave.batches)
+    assert waves and not any(isinstance(part, Batch) for wave in waves for part in wave.markers)  # no tuples
     due = [tick for wave in waves for tick in wave.ticks]
     assert {tick.task for tick in due} == set(run.topology.task_ids("ticker"))
     assert {tick.freq_secs for tick in due} == {1.0} and sum(tick.count for tick in due) >= executed

@@ -67,7 +67,7 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
     spouts, store, spout_task, sink_task = one_worker(tmp_path)
     sent = []
 
-    spouts.run_wave(WaveInput(0, 1, None, [], spout_calls=3), 0, sent.append)
+    spouts.run_wave(WaveInput(0, 1, None, (), spout_calls=3), 0, sent.append)
 
     (batch,) = sent
     assert [values for _, values in batch.rows()] == [(0,), (1,), (2,)]
@@ -88,8 +88,8 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
 def test_an_idle_worker_writes_the_log_and_a_commit_drops_it(tmp_path):
     spouts, _, _, _ = one_worker(tmp_path)
 
-    spouts.run_wave(WaveInput(0, 1, None, [], spout_calls=2), 0, lambda batch: None)
-    spouts.run_wave(WaveInput(0, 2, None, [], spout_calls=2), 0, lambda batch: None)  # logs wave 1 first
+    spouts.run_wave(WaveInput(0, 1, None, (), spout_calls=2), 0, lambda batch: None)
+    spouts.run_wave(WaveInput(0, 2, None, (), spout_calls=2), 0, lambda batch: None)  # logs wave 1 first
     assert [p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")] == ["wave-1"]
 
     spouts.settle_due()  # what the worker does when its inbox is empty

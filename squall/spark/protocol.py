@@ -193,13 +193,13 @@ class TicksDue:
 @dataclass(frozen=True, slots=True)
 class WaveInput:
     """Wave ``wave`` begins: the driver's control for this worker's tasks, and the wave's simulated time.
-    ``batches`` holds an empty marker batch for each task (its input from the driver ends there) and, only when
-    the spouts run in the driver's process (``TestCluster``), their emits."""
+    ``markers`` names each bolt task here whose input from the driver ends with this wave: the worker gives it
+    the driver's empty ``last`` batch itself, so a wave's control stays a few bytes a task."""
 
     generation: int
     wave: int
     simulated_now: float | None
-    batches: list[Batch]
+    markers: tuple[int, ...]
     checkpoint: int | None = None  # stateful bolts' pre_commit(checkpoint) runs at the end of this wave
     spout_calls: int = 0  # tuples each spout task here may emit in this wave (a next_tuple call each, or fewer calls)
     rotations: int = 0  # timeout rotations due before them

@@ -37,10 +37,8 @@ from squall.spark.failures import fatal_message, setup_error_origin, stop_reason
 from squall.spark.hub import Disconnected, Hub, Received
 from squall.spark.load import LoadBalancer
 from squall.spark.protocol import (
-    DRIVER,
     FINAL_REPORT,
     Assign,
-    Batch,
     Commit,
     Hello,
     Release,
@@ -84,7 +82,7 @@ class WaveInFlight:
     wave: int
     simulated_now: float | None
     checkpoint: int | None
-    batches: dict[int, list[Batch]]  # bolt task -> the driver's batches for it
+    tasks: tuple[int, ...]  # the bolt tasks whose input from the driver ends with the wave
     sent_at: float
     tuples: int
     spout_calls: int = 0
@@ -283,16 +281,16 @@ class WaveScheduler:
     ) -> int:
         """Send a wave: each spout task may get ``spout_calls`` calls, after ``rotations`` timeout rotations;
         ``ticks`` are the tick tuples due, which the tasks' workers make. Each bolt task gets the driver's empty
-        ``last`` batch, which ends its input from the driver. Returns the wave number."""
+        ``last`` batch, which ends its input from the driver (made by its worker). Returns the wave number."""
         wave = self.next_wave
         self.next_wave += 1
-        per_task = {task: [Batch(0, wave, DRIVER, "", DRIVER, task, last=True)] for task in self.tasks}
+        tasks = tuple(self.tasks)
         tuples = sum(due.count for due in ticks)
         flight = WaveInFlight(
             wave,
             simulated_now,
             checkpoint,
-            per_task,
+            tasks,
             time.monotonic(),
             tuples,
             spout_calls,
@@ -302,9 +300,7 @@ class WaveScheduler:
             ticks=ticks,
         )
         if self.recovery.keeps:
-            replay = WaveInFlight(
-                wave, simulated_now, None, {t: list(b) for t, b in per_task.items()}, 0.0, 0, ticks=ticks, replay=True
-            )
+            replay = WaveInFlight(wave, simulated_now, None, tasks, 0.0, 0, ticks=ticks, replay=True)
             self.recovery.sent(wave, replay, snapshot)
         self.book.handle(WaveSent(wave, flight))
         if self.ready:
@@ -312,12 +308,10 @@ class WaveScheduler:
         return wave
 
     def _send_wave(self, flight: WaveInFlight) -> None:
-        per_worker: dict[int, list[Batch]] = {w: [] for w in range(self.hosts)}
+        per_worker: dict[int, list[int]] = {w: [] for w in range(self.hosts)}
         ticks: dict[int, list[TicksDue]] = {w: [] for w in range(self.hosts)}
-        for task, batches in flight.batches.items():  # by where the tasks live now: a resize moves them
-            for batch in batches:
-                batch.generation = self.generation
-            per_worker[self.placement[task]].extend(batches)
+        for task in flight.tasks:  # by where the tasks live now: a resize moves them
+            per_worker[self.placement[task]].append(task)
         for due in flight.ticks:
             ticks[self.placement[due.task]].append(due)
         messages = []
@@ -325,7 +319,7 @@ class WaveScheduler:
         if commit is not None and commit.generation != self.generation:
             commit = None  # of the workers before a restart: Assign tells the new ones what was applied
         weights = self.balancer.weights if self.balancer is not None else None
-        for worker, batches in per_worker.items():
+        for worker, markers in per_worker.items():
             messages.append(
                 (
                     self._connections[worker],
@@ -333,7 +327,7 @@ class WaveScheduler:
                         self.generation,
                         flight.wave,
                         flight.simulated_now,
-                        batches,
+                        tuple(markers),
                         flight.checkpoint,
                         flight.spout_calls,
                         flight.rotations,

@@ -243,8 +243,8 @@ class Worker:
         self._carry_out(self.gate.handle(WaveBegan(message.wave)))  # peers' batches that came before it
         for due in message.ticks:  # before the driver's marker that ends the task's input from it
             self._deliver(due.batch(self.generation, message.wave))
-        for batch in message.batches:
-            self._deliver(batch)
+        for task in message.markers:
+            self._deliver(Batch(message.generation, message.wave, DRIVER, "", DRIVER, task, last=True))
         if self.spouts is not None and self.spouts.spout_tasks:  # a worker with acker tasks only has no calls
             self._report(message.wave, self.spouts.run_wave(message, self.index, self._send))
 
