@@ -41,6 +41,24 @@ def test_a_wave_input_and_a_batch_of_plain_values_come_back_equal():
     assert decoded(encode(batch, 5)) == (5, batch)
 
 
+def test_a_batch_keeps_each_rows_stream_and_values_that_share_or_hold_themselves():
+    batch = batch_of("a", "b")
+    batch.add("errors", ("c",))
+    shared = ["x"]
+    batch.add("default", (shared, shared))
+    cyclic: list = []
+    cyclic.append(cyclic)
+    batch.add("default", (cyclic,))
+    _, back = decoded(encode(batch, 1))
+    assert back.streams == ["default", "default", "errors", "default", "default"]
+    assert back.values[:4] == batch.values[:4]
+    (again,) = back.values[4]
+    assert again[0] is again  # the cycle survives: such a batch goes by the memo-keeping pickler
+    same = batch_of("a", "b", "c")
+    _, back = decoded(encode(same, 1))
+    assert back.streams == ["default"] * 3 and back.streams[0] is back.streams[2]  # one name, sent once
+
+
 def test_values_of_a_class_defined_in_a_function_and_a_lambda_travel_by_value():
     class Local:
         def __init__(self, n):

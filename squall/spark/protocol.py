@@ -80,7 +80,6 @@ class Snapshot:
     path: str | None = None  # written by its worker (``snapshots.py``): ``blob`` is read from there
 
 
-@wire
 @dataclass(slots=True)
 class Batch:
     """Tuples one producer sends one target task in one wave, as columns.
@@ -115,6 +114,21 @@ class Batch:
     def rows(self):
         """``(stream, values)`` for each row, in emission order."""
         return zip(self.streams, self.values, strict=True)
+
+    def __reduce__(self) -> tuple:
+        streams: list[str] | str = self.streams
+        if streams and streams.count(streams[0]) == len(streams):  # one stream: its name goes once, not a row
+            streams = streams[0]
+        fields = (self.generation, self.wave, self.producer, self.component, self.source, self.target, self.last)
+        return batch_from_wire, (*fields, streams, self.values, self.roots, self.edges, self.trees)
+
+
+def batch_from_wire(*fields: Any) -> Batch:
+    """The ``Batch`` that ``Batch.__reduce__`` pickled; its ``streams`` as one name when every row is on it."""
+    batch = Batch(*fields)
+    if type(batch.streams) is str:
+        batch.streams = [batch.streams] * len(batch.values)
+    return batch
 
 
 @wire
@@ -375,9 +389,12 @@ def _importable_by_name(obj: Any) -> bool:
     return found is obj
 
 
-def encode(message: Any, destination: int) -> bytes:
-    """A frame. Values of classes shipped by value (``shipping.py``) travel too: a frame that holds one, or a
-    function or class defined where the other side cannot import it, is pickled by cloudpickle."""
+def dumps(message: Any) -> bytes:
+    """``message`` pickled, as a frame carries it. Values of classes shipped by value (``shipping.py``) travel
+    too: a message that holds one, or a function or class defined where the other side cannot import it, is
+    pickled by cloudpickle. A ``Batch`` or a list of them is pickled without a memo: its rows are made apart and
+    share nothing worth a lookup per object (a row's object met twice is sent twice, as Storm serializes each
+    tuple on its own)."""
     global _registered_by_value
     registered = cloudpickle.list_registry_pickle_by_value()
     if registered != _registered_by_value:
@@ -385,10 +402,18 @@ def encode(message: Any, destination: int) -> bytes:
         _registered_by_value = registered
     buffer = io.BytesIO()
     try:
-        _FramePickler(buffer, pickle.HIGHEST_PROTOCOL).dump(message)
-        payload = buffer.getvalue()
-    except Exception:  # by value, or anything plain pickle cannot do
-        payload = cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler = _FramePickler(buffer, pickle.HIGHEST_PROTOCOL)
+        kind = type(message)
+        pickler.fast = kind is Batch or (kind is list and all(type(part) is Batch for part in message))
+        pickler.dump(message)
+        return buffer.getvalue()
+    except Exception:  # by value, a cycle among a row's values, or anything plain pickle cannot do
+        return cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def encode(message: Any, destination: int) -> bytes:
+    """A frame: ``message`` pickled (``dumps``), after its header."""
+    payload = dumps(message)
     return HEADER.pack(len(payload), destination) + payload
 
 

@@ -33,10 +33,9 @@ import uuid
 from urllib.parse import urlparse
 
 from pyarrow import fs as pafs
-from pyspark import cloudpickle
 
 from squall.security.sealing import BlobSealer
-from squall.spark.protocol import Batch
+from squall.spark.protocol import Batch, dumps
 
 COMPLETE = "COMPLETE"
 
@@ -106,7 +105,7 @@ class SnapshotTimer:
 
 def pickle_spout_wave(batches: list[Batch]) -> bytes:
     """A spout task's batches of one wave, pickled for its log (``SnapshotStore.log_spout_wave``)."""
-    return cloudpickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)  # values of shipped classes too
+    return dumps(batches)  # values of shipped classes too
 
 
 class SnapshotStore:
