@@ -95,6 +95,7 @@ class Tuple:
         return f"Tuple({self.values!r}, from {self.source_component}:{self.source_task}/{self.source_stream})"
 
 
+@cython.locals(tup=Tuple)
 def row_tuple(values: tuple, fields: Fields, component: str, task: int, stream: str, root: int, edge: int) -> Tuple:
     """The ``Tuple`` of a batch's row, in one tree or none: ``Tuple(...)`` without its argument handling, made
     once per row per bolt. Compiled, it is a C function (``tuple.pxd``) that takes ``root`` and ``edge`` as C

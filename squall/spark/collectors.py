@@ -148,37 +148,7 @@ class OutputCollector:
     takes a short path with no per-tuple allocation beyond the row itself.
     """
 
-    # Compiled, these are the fields of a C struct (``setup.py``): ``emit`` reads them once per tuple.
-    _topology = cython.declare(object)
-    _component = cython.declare(object)
-    _task = cython.declare(object)
-    _acking = cython.declare(cython.bint)
-    _capture = cython.declare(cython.bint)
-    _routes = cython.declare(object)
-    _pickers = cython.declare(dict)
-    _check = cython.declare(object)
-    _arity = cython.declare(dict)
-    ids = cython.declare(object, visibility="public")
-    next_id = cython.declare(object, visibility="public")
-    generation = cython.declare(object, visibility="public")
-    wave = cython.declare(object, visibility="public")
-    outbox = cython.declare(dict, visibility="public")
-    ship = cython.declare(object, visibility="public")
-    _acked_root_array = cython.declare(object)
-    _acked_edge_array = cython.declare(object)
-    _acked_root_view = cython.declare(cython.ulonglong[::1])
-    _acked_edge_view = cython.declare(cython.ulonglong[::1])
-    _acked_count = cython.declare(cython.Py_ssize_t)
-    _acked_rows = cython.declare(list)
-    _entered = cython.declare(list)
-    _message_roots = cython.declare(list)
-    _message_edges = cython.declare(list)
-    failed_roots = cython.declare(list, visibility="public")
-    reset_roots = cython.declare(list, visibility="public")
-    _status = cython.declare(object)
-    _emitted = cython.declare(cython.Py_ssize_t)  # emits not yet counted in ``_status``
-    _acked = cython.declare(cython.Py_ssize_t)  # acks not yet counted in ``_status``
-    captured = cython.declare(list, visibility="public")
+    # Compiled, its fields are a C struct's, declared in ``collectors.pxd``: ``emit`` reads them once per tuple.
 
     def __init__(
         self,
@@ -284,7 +254,6 @@ class OutputCollector:
         self._emitted += 1
         return [task for _, task in targets]
 
-    @cython.locals(root=cython.ulonglong, columns=_Open)
     def emit(
         self,
         values: Sequence[Any],
@@ -297,6 +266,12 @@ class OutputCollector:
         None for a tuple outside any tree. Values that do not match the stream's declared fields raise
         ``EmitError``, and one that cannot be pickled ``SerializationError``, naming the component, the stream
         and the field."""
+        return self._emit(values, anchors, stream)
+
+    @cython.cfunc
+    @cython.locals(root=cython.ulonglong, columns=_Open)
+    def _emit(self, values: Any, anchors: Any, stream: Any):
+        """``emit``, as a C method: a basic bolt's collector calls it with no Python call in between."""
         kind = type(values)
         if (kind is tuple or kind is list) and len(values) == self._arity.get(stream, -1) and _plain_values(values):
             values = tuple(values)  # EmitChecker's fast path, inline
@@ -452,8 +427,7 @@ class BasicOutputCollector:
     """What a ``BasicBolt``'s ``execute`` gets: emits are anchored to the tuple being executed, which the runtime
     acks when ``execute`` returns (or fails if it raises). Use it only during that call, on the task's thread."""
 
-    _collector = cython.declare(OutputCollector)
-    input = cython.declare(object, visibility="public")
+    # Compiled, its fields are declared in ``collectors.pxd``, where ``execution.py`` reads them.
 
     def __init__(self, collector: OutputCollector) -> None:
         self._collector = collector
@@ -461,7 +435,7 @@ class BasicOutputCollector:
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
         """``OutputCollector.emit``, anchored to the input; returns the target task ids."""
-        return self._collector.emit(values, self.input, stream)
+        return self._collector._emit(values, self.input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
         """``OutputCollector.emit_direct``, anchored to the input."""

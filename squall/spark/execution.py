@@ -15,6 +15,7 @@ import numpy as np
 from squall.model.errors import FailedException
 from squall.model.tuple import row_tuple
 from squall.spark.bolt_task import BoltTask
+from squall.spark.collectors import BasicOutputCollector
 from squall.spark.protocol import Batch
 
 log = logging.getLogger("squall.worker")
@@ -23,6 +24,7 @@ log = logging.getLogger("squall.worker")
 @cython.locals(
     streams=list,
     rows=list,
+    basic_collector=BasicOutputCollector,
     roots=list,
     edges=list,
     sealed=cython.bint,
