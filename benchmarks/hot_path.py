@@ -11,6 +11,10 @@ settings or, with ``--gc-threshold N``, as a worker sets it with ``squall.worker
 
 With ``--no-acking`` the tasks run as with ``topology.acker.executors: 0``: no edges, no acks.
 
+``hot_path_spout_us_per_sentence`` is the spout's side, which the line above leaves out: the benchmark's
+``Sentences`` spout called as a worker calls it (``SpoutHost.call``), one sentence a ``next_tuple``, each a new
+tree, then its wave taken (edges drawn) and the trees' inits merged into their acker, per sentence.
+
 ``hot_path_bodies_only_us_per_word`` is the floor under both: the same three bolts' ``execute`` called from a plain
 loop, each tuple a minimal object and each emit appended to a list, with no routing, batch, link or ack.
 
@@ -32,7 +36,11 @@ from squall.spark.bolt_task import BoltTask
 from squall.spark.execution import execute_batch
 from squall.spark.protocol import HEADER, Batch, RunSettings, encode
 from squall.spark.shipping import ShippedTopology, pack
+from squall.spark.spouts import SpoutHost
+from squall.spark.stats import RunStats
+from squall.spark.trees import PendingTrees
 from squall.spark.worker import collector_tuned
+from squall.spark.worker_spouts import TopologyTime
 
 WAVE_SENTENCES = 2_000
 
@@ -71,6 +79,29 @@ def run(sentences: list[str], tasks: dict[str, list[BoltTask]], spout_task: int)
         for task in by_id.values():
             task.collector.take_batches()
             task.collector.take_acks()
+
+
+def spout_path(sentences: list[str], acking: bool = True) -> float:
+    """Seconds a sentence of the spout's side: ``next_tuple`` and its emit, the wave taken, the inits merged."""
+    built = topology(Sentences(sentences))
+    spout = built.components["sentences"].obj
+    trees = PendingTrees(num_ackers=2, ackers=[0]) if acking else None
+    host = SpoutHost(
+        built,
+        {},
+        RunStats(),
+        trees,
+        TopologyTime(),
+        None,
+        None,
+        tasks=list(built.task_ids("sentences")),
+        make_spout=lambda *_: pickle.loads(pack(spout)),
+    )
+    started = time.perf_counter()
+    while host.call(WAVE_SENTENCES * 5):
+        host.take_wave()
+        host.merge_inits()
+    return (time.perf_counter() - started) / len(sentences)
 
 
 class _Row:
@@ -156,6 +187,8 @@ def measure(args: argparse.Namespace) -> None:
     words = len(sentences) * 8
     print(f"hot_path_us_per_word={best / words * 1e6:.3f}")
     print(f"hot_path_gc_us_per_word={gc_seconds / words * 1e6:.3f}")
+    spout = min(spout_path(sentences, args.acking) for _ in range(3))
+    print(f"hot_path_spout_us_per_sentence={spout * 1e6:.3f}")
     floor = min(bodies_only(sentences) for _ in range(3))
     print(f"hot_path_bodies_only_us_per_word={floor / words * 1e6:.3f}")
     if args.profile:
