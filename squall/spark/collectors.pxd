@@ -33,6 +33,9 @@ cdef class OutputCollector:
     cdef Py_ssize_t _emitted
     cdef Py_ssize_t _acked
     cdef public list captured
+    cdef object _last_stream
+    cdef Py_ssize_t _last_arity
+    cdef object _last_pick
 
     cdef _emit(self, values, anchors, stream)
 

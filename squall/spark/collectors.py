@@ -44,6 +44,7 @@ def _sole_anchor(anchors: Tuple | Iterable[Tuple]) -> Tuple | None:
 
 
 CHUNK_ROWS = 4096  # a batch this long leaves before the wave ends
+_CHUNK = cython.declare(cython.Py_ssize_t, CHUNK_ROWS)  # the same, as a C integer for ``emit``
 
 
 def _doubled(array: np.ndarray, used: int) -> np.ndarray:
@@ -167,6 +168,7 @@ class OutputCollector:
         self._capture = capture
         self._routes = Routes(topology, component, task, local_tasks, weights)
         self._pickers: dict[str, Any] = {}  # stream -> Routes.picker, or False when a stream has none
+        self._forget_last_stream()
         self._check = EmitChecker(topology, component)
         self._arity = self._check.arity
         self.ids: IdGenerator | None = None  # set per wave: a replayed wave draws the same edge ids
@@ -207,6 +209,11 @@ class OutputCollector:
         """The tasks that share this task's worker, after it moved, and that worker's load weights."""
         self._routes = Routes(self._topology, self._component, self._task, local_tasks, weights)
         self._pickers = {}
+        self._forget_last_stream()
+
+    def _forget_last_stream(self) -> None:
+        """``emit``'s memo of the last stream emitted on: its arity and its picker, looked up again next time."""
+        self._last_stream, self._last_arity, self._last_pick = None, -1, None
 
     def _open(self, task: int) -> _Open:
         rows = self.outbox.get(task)
@@ -269,17 +276,22 @@ class OutputCollector:
         return self._emit(values, anchors, stream)
 
     @cython.cfunc
-    @cython.locals(root=cython.ulonglong, columns=_Open)
+    @cython.locals(root=cython.ulonglong, columns=_Open, arity=cython.Py_ssize_t)
     def _emit(self, values: Any, anchors: Any, stream: Any):
         """``emit``, as a C method: a basic bolt's collector calls it with no Python call in between."""
+        if stream is self._last_stream:  # a task mostly emits on one stream: no lookup
+            arity, pick = self._last_arity, self._last_pick
+        else:
+            arity = self._arity.get(stream, -1)
+            pick = self._pickers.get(stream)
+            if pick is None:
+                pick = self._pickers[stream] = self._picker(stream)
+            self._last_stream, self._last_arity, self._last_pick = stream, arity, pick
         kind = type(values)
-        if (kind is tuple or kind is list) and len(values) == self._arity.get(stream, -1) and _plain_values(values):
+        if (kind is tuple or kind is list) and len(values) == arity and _plain_values(values):
             values = tuple(values)  # EmitChecker's fast path, inline
         else:
             values = self._check(stream, values)
-        pick = self._pickers.get(stream)
-        if pick is None:
-            pick = self._pickers[stream] = self._picker(stream)
         if pick is False:
             return self._send(self._routes.targets(stream, values), stream, values, anchors)
         target = pick if type(pick) is int else pick(values)
@@ -294,7 +306,7 @@ class OutputCollector:
             rows = self._open(target)
         columns = cython.cast(_Open, rows)
         columns.add(stream, values, root)
-        if len(columns.values) >= CHUNK_ROWS:
+        if len(columns.values) >= _CHUNK:
             self._full(columns)
         if self._capture and stream == DEFAULT_STREAM:
             self.captured.append(values)
