@@ -222,15 +222,18 @@ class SpoutHost:
         emitted = self._emitted
         emitted[task] = emitted.get(task, 0) + 1
         batch_for = self.outbox.batch_for
-        if msg_id is not None and self.trees is not None and targets:
-            root = self.trees.start(task, msg_id, self._now())
-            for target in targets:  # each copy's edge is drawn when the wave is taken
-                batch_for(target, component, task).add(stream, values, root)
-        else:
-            if msg_id is not None:  # ackers off, or nobody listens: the tree is complete at once
+        root = 0
+        if msg_id is not None:
+            if self.trees is not None and targets:
+                root = self.trees.start(task, msg_id, self._now())
+            else:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
-            for target in targets:
-                batch_for(target, component, task).add(stream, values)
+        for target in targets:  # a row in tree ``root``; each copy's edge is drawn when the wave is taken
+            batch = batch_for(target, component, task)
+            batch.streams.append(stream)
+            batch.values.append(values)
+            batch.roots.append(root)
+            batch.edges.append(0)
         if self._captured is not None and stream == DEFAULT_STREAM:
             self._captured.setdefault((component, task), []).append(values)
         return targets
