@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from squall.security.handshake import HandshakeFailed, LinkKeys, Session, client_handshake, server_handshake
-from squall.spark.protocol import encode, read_frames, read_within
+from squall.spark.protocol import Verified, encode, read_frames, read_within
 
 log = logging.getLogger("squall.worker")
 
@@ -68,10 +68,16 @@ class Inbox:
         return peak
 
     def get(self) -> Any:
+        """The next message, unpickled here if its frame came ``Verified`` (a peer's link)."""
         message, size = self._queue.get()
         if size:
             with self._lock:
                 self.buffered -= size
+        if type(message) is Verified:
+            try:
+                return message.message()
+            except Exception as exc:  # its tag held: a peer sent what this side cannot import
+                raise RuntimeError(f"a frame from a peer's link could not be unpickled: {exc!r}") from exc
         return message
 
 
@@ -138,7 +144,7 @@ class PeerListener:
                     self._proving, proving = self._proving - 1, False
                 connection.settimeout(None)
                 with connection.makefile("rb", buffering=1 << 20) as stream:
-                    read_frames(stream, session, self._inbox, where=f"a link to {self.address}")
+                    read_frames(stream, session, self._inbox, where=f"a link to {self.address}", verified=True)
         finally:
             with self._lock:
                 self._connections.discard(connection)
