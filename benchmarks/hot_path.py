@@ -6,8 +6,9 @@ batch between tasks of different workers through the wire's pickling), then ever
 Nothing else runs, so the figure is the framework's Python per word plus the bolts' own bodies, which
 ``word_count.py``'s runs spread over processes, threads and sockets.
 
-It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with Python's own
-settings or, with ``--gc-threshold N``, as a worker sets it with ``squall.worker.gc.threshold: N``.
+It also prints the time the cyclic garbage collector took (``hot_path_gc_us_per_word``), with the collector set as
+a worker sets it (``squall.worker.gc.threshold``, 50,000 by default) or, with ``--gc-threshold N``, at ``N``
+(0: Python's own settings).
 
 With ``--no-acking`` the tasks run as with ``topology.acker.executors: 0``: no edges, no acks.
 
@@ -32,6 +33,7 @@ import time
 
 from word_count import Sentences, make_sentences, topology
 
+from squall.model.config import DEFAULTS, SQUALL_WORKER_GC_THRESHOLD
 from squall.spark.bolt_task import BoltTask
 from squall.spark.execution import execute_batch
 from squall.spark.protocol import HEADER, Batch, RunSettings, encode
@@ -152,7 +154,12 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=400_000)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--no-acking", dest="acking", action="store_false", help="as with 0 acker executors")
-    parser.add_argument("--gc-threshold", type=int, default=0, help="0: Python's own collector settings")
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=DEFAULTS[SQUALL_WORKER_GC_THRESHOLD],
+        help="as squall.worker.gc.threshold; 0: Python's own collector settings",
+    )
     args = parser.parse_args()
     with collector_tuned(args.gc_threshold or None):
         measure(args)

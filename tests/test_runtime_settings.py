@@ -378,7 +378,12 @@ class CollectorSettings(BasicBolt):
 
 
 @pytest.mark.parametrize(
-    ("setting", "seen"), [({"squall.worker.gc.threshold": 50_000}, (50_000, True)), ({}, (700, False))]
+    ("setting", "seen"),
+    [
+        ({}, (50_000, True)),
+        ({"squall.worker.gc.threshold": 20_000}, (20_000, True)),
+        ({"squall.worker.gc.threshold": None}, (700, False)),
+    ],
 )
 def test_workers_run_with_the_collector_threshold_of_the_config(cluster, setting, seen):
     feeder = FeederSpout(["n"])
