@@ -125,7 +125,9 @@ def run_busy(conf: dict) -> dict[int, int]:
     with LocalCluster() as cluster:
         run = cluster.submit_topology("busy", {"squall.workers": 2, **conf}, b.build())
         deadline = time.monotonic() + 120
-        while run.stats.of("numbers").acked < 4000 and time.monotonic() < deadline:
+        while (
+            run.stats.of("numbers").acked < 4000 or run.stats.of("work").executed < 4000
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
         return {task: run.stats.of_task("work", task).executed for task in run.topology.task_ids("work")}
@@ -161,3 +163,10 @@ def test_weights_that_change_every_few_picks_still_reach_every_target():
         weights.update(share, {t: i for i, t in enumerate(targets)})
         picks.update(pick(()) for _ in range(3))
     assert set(picks) == set(targets) and picks[13] > picks[12] > picks[11] > picks[10]
+
+
+def test_with_acking_off_the_busy_workers_task_gets_fewer_shuffled_tuples_too(spark):
+    """Every worker's report carries its CPU time whether or not acking is on: the driver reads both loads."""
+    spout_side, other = run_busy({"topology.acker.executors": 0}).values()
+    assert spout_side + other == 4000
+    assert other > spout_side

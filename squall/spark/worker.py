@@ -329,11 +329,8 @@ class Worker:
             ) from exc
 
     def _report(self, wave: int, report: TaskReport | SpoutReport) -> None:
-        """When spouts run on the workers, reports go to the driver together, one message a wave, once every task
-        here (and the spout tasks) has made its own."""
-        if not self.acker_workers and self.spouts is None:  # spouts and acks on the driver: each report at once
-            self.channel.send(report)
-            return
+        """Reports go to the driver together, one message a wave, once every task here (and the spout tasks) has
+        made its own: with the worker's CPU time, from which the driver reads its load, acking on or off."""
         reports = self.reports[wave]
         reports.append(report)
         if len(reports) == len(self.tasks) + bool(self.spouts is not None and self.spouts.spout_tasks):
