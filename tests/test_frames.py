@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from pyspark import cloudpickle
 
+from squall.model.attempt import TransactionAttempt
 from squall.spark.protocol import HEADER, Batch, Commit, WaveInput, encode
 
 
@@ -57,6 +58,18 @@ def test_a_batch_keeps_each_rows_stream_and_values_that_share_or_hold_themselves
     same = batch_of("a", "b", "c")
     _, back = decoded(encode(same, 1))
     assert back.streams == ["default"] * 3 and back.streams[0] is back.streams[2]  # one name, sent once
+
+
+def test_a_batch_whose_rows_share_an_attempt_sends_it_once():
+    attempt = TransactionAttempt(7, 123)
+    batch = Batch(1, 7, 3, "split", 3, 4)
+    for word in ("a", "b", "c"):
+        batch.add("default", (attempt, word))
+    plain = batch_of("a", "b", "c")
+    shared, apart = encode(batch, 1), encode(plain, 1)
+    _, back = decoded(shared)
+    assert back.values == batch.values and back.values[0][0] is back.values[2][0]  # pickled once, memo after
+    assert len(shared) < len(apart) + 80  # not once a row
 
 
 def test_values_of_a_class_defined_in_a_function_and_a_lambda_travel_by_value():

@@ -389,12 +389,22 @@ def _importable_by_name(obj: Any) -> bool:
     return found is obj
 
 
+_BY_VALUE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def _rows_share_nothing(batch: Batch) -> bool:
+    """Whether ``batch``'s first row holds only strings, numbers, bytes and None: its rows are then taken to share
+    no object, and the batch pickles without a memo. Any other first row keeps the memo, which sends an object
+    that many rows hold (a transactional batch's attempt in each) once."""
+    values = batch.values
+    return not values or all(type(value) in _BY_VALUE for value in values[0])
+
+
 def dumps(message: Any) -> bytes:
     """``message`` pickled, as a frame carries it. Values of classes shipped by value (``shipping.py``) travel
     too: a message that holds one, or a function or class defined where the other side cannot import it, is
-    pickled by cloudpickle. A ``Batch`` or a list of them is pickled without a memo: its rows are made apart and
-    share nothing worth a lookup per object (a row's object met twice is sent twice, as Storm serializes each
-    tuple on its own)."""
+    pickled by cloudpickle. A ``Batch`` (or a list of them) of plain values is pickled without a memo, which
+    costs a lookup per object and finds nothing to share (``_rows_share_nothing``)."""
     global _registered_by_value
     registered = cloudpickle.list_registry_pickle_by_value()
     if registered != _registered_by_value:
@@ -404,7 +414,9 @@ def dumps(message: Any) -> bytes:
     try:
         pickler = _FramePickler(buffer, pickle.HIGHEST_PROTOCOL)
         kind = type(message)
-        pickler.fast = kind is Batch or (kind is list and all(type(part) is Batch for part in message))
+        pickler.fast = (kind is Batch and _rows_share_nothing(message)) or (
+            kind is list and all(type(part) is Batch and _rows_share_nothing(part) for part in message)
+        )
         pickler.dump(message)
         return buffer.getvalue()
     except Exception:  # by value, a cycle among a row's values, or anything plain pickle cannot do
