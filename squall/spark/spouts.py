@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from squall.model.components import DEFAULT_STREAM
+from squall.model.components import DEFAULT_STREAM, Spout
 from squall.model.config import DEFAULTS, SQUALL_MAX_REPEATED_ERRORS
 from squall.model.topology import Topology, TopologyContext
 from squall.reliability.acker import ACKED, TIMED_OUT, Settlement
@@ -222,17 +223,17 @@ class SpoutHost:
         emitted = self._emitted
         emitted[task] = emitted.get(task, 0) + 1
         batch_for = self.outbox.batch_for
-        root = 0
+        tree = 0  # the tree's sequence number until the wave is taken (``take_wave``), which makes it its root
         if msg_id is not None:
             if self.trees is not None and targets:
-                root = self.trees.start(task, msg_id, self._now())
+                tree = self.trees.begin(task, msg_id, self._now())
             else:  # ackers off, or nobody listens: the tree is complete at once
                 self._immediate_acks.append((task, msg_id))
-        for target in targets:  # a row in tree ``root``; each copy's edge is drawn when the wave is taken
+        for target in targets:  # a row in tree ``tree``; each copy's edge is drawn when the wave is taken
             batch = batch_for(target, component, task)
             batch.streams.append(stream)
             batch.values.append(values)
-            batch.roots.append(root)
+            batch.roots.append(tree)
             batch.edges.append(0)
         if self._captured is not None and stream == DEFAULT_STREAM:
             self._captured.setdefault((component, task), []).append(values)
@@ -260,7 +261,7 @@ class SpoutHost:
         self._emitted[task] = self._emitted.get(task, 0) + n
         tracked = msg_ids is not None and self.trees is not None
         if tracked:
-            roots = self.trees.start_many(task, msg_ids, self._now())
+            roots = self.trees.begin_many(task, msg_ids, self._now())  # made roots by ``take_wave``
         else:
             if msg_ids is not None:  # ackers off: complete at once
                 self._immediate_acks.extend((task, msg_id) for msg_id in msg_ids)
@@ -334,11 +335,12 @@ class SpoutHost:
                     streak.progressed()
                 left -= self.emits - emitted
         acks, self._immediate_acks = self._immediate_acks, []
-        for task, msg_id in acks:
-            spout = self._by_task[task]
-            self.stats.of(spout.component).acked += 1
-            self._task_stats[task].acked += 1
-            self._call(spout, "ack", msg_id)
+        if acks:
+            tasks = [task for task, _ in acks]
+            for task, count in Counter(tasks).items():
+                self.stats.of(self._by_task[task].component).acked += count
+                self._task_stats[task].acked += count
+            self._call_each(tasks, [msg_id for _, msg_id in acks], "ack")
         return self.emits - before
 
     def apply_activation(self) -> None:
@@ -363,7 +365,7 @@ class SpoutHost:
             for batch in batches.values():
                 if not any(batch.roots):
                     continue
-                batch.roots = np.array(batch.roots, dtype=np.uint64)
+                batch.roots = self.trees.roots_of(batch.roots)  # the rows' sequence numbers until now
                 batch.edges, entering, entered = draw_edges(batch.roots, self.trees.new_edges)
                 roots.append(entering)  # the trees' inits
                 edges.append(entered)
@@ -405,12 +407,17 @@ class SpoutHost:
             self._call(spout, "fail", msg_id)
 
     def _call_each(self, tasks: list[int], msg_ids: list[Any], method: str) -> None:
-        """``method(msg_id)`` on the spout task of each; what one raises is counted and logged, and the rest go on."""
+        """``method(msg_id)`` on the spout task of each; what one raises is counted and logged, and the rest go on.
+        A spout that keeps ``Spout``'s own ``ack`` or ``fail``, which does nothing, is not called."""
         bound: dict[int, Any] = {}
         for task, msg_id in zip(tasks, msg_ids, strict=True):
             call = bound.get(task)
             if call is None:
-                call = bound[task] = getattr(self._by_task[task].spout, method)
+                spout = self._by_task[task].spout
+                inherited = getattr(type(spout), method, None) is getattr(Spout, method)
+                call = bound[task] = False if inherited else getattr(spout, method)
+            if call is False:
+                continue
             try:
                 call(msg_id)
             except Exception as exc:

@@ -99,18 +99,21 @@ class PendingTrees:
     def start(self, spout_task: int, msg_id: Any, emitted_at: float) -> int:
         """A new tree; returns its root. Its init message, the XOR of its copies' edges, reaches its acker
         with ``merge_inits``."""
+        return self._root_of(self.begin(spout_task, msg_id, emitted_at))
+
+    def begin(self, spout_task: int, msg_id: Any, emitted_at: float) -> int:
+        """``start``, returning the tree's sequence number (1 or more) rather than its root: a small integer,
+        made into the root with the rest of its wave's by ``roots_of``."""
         sequence = self._sequence
         self._sequence = sequence + 1
         self._tasks.append(spout_task)
         self._msg_ids.append(msg_id)
         self._times.append(emitted_at)
         self.per_task[spout_task] += 1
-        here = self._here_list  # ``_root_of``, inline: once per spout tuple
-        rounds, which = divmod(sequence, len(here))
-        return self._prefix + rounds * self.num_ackers + here[which]
+        return sequence
 
-    def start_many(self, spout_task: int, msg_ids: Sequence[Any], emitted_at: float) -> list[int]:
-        """``start`` for each of ``msg_ids``, emitted together; returns their roots."""
+    def begin_many(self, spout_task: int, msg_ids: Sequence[Any], emitted_at: float) -> list[int]:
+        """``begin`` for each of ``msg_ids``, emitted together; returns their sequence numbers."""
         n = len(msg_ids)
         first = self._sequence
         self._sequence = first + n
@@ -118,7 +121,12 @@ class PendingTrees:
         self._msg_ids.extend(msg_ids)
         self._times.extend([emitted_at] * n)
         self.per_task[spout_task] += n
-        return self._roots_of(np.arange(first, first + n, dtype=np.int64)).tolist()
+        return list(range(first, first + n))
+
+    def roots_of(self, sequences: np.ndarray) -> np.ndarray:
+        """The roots of the trees ``begin`` numbered ``sequences``, as uint64; 0 stays 0 (a row in no tree)."""
+        sequences = np.asarray(sequences, dtype=np.int64)
+        return np.where(sequences > 0, self._roots_of(sequences), np.uint64(0))
 
     def _root_of(self, sequence: int) -> int:
         """The ``sequence``-th tree's root: its acker is ``ackers[sequence mod len(ackers)]``."""
