@@ -337,10 +337,12 @@ class SpoutHost:
         acks, self._immediate_acks = self._immediate_acks, []
         if acks:
             tasks = [task for task, _ in acks]
-            for task, count in Counter(tasks).items():
+            counts = Counter(tasks)
+            for task, count in counts.items():
                 self.stats.of(self._by_task[task].component).acked += count
                 self._task_stats[task].acked += count
-            self._call_each(tasks, [msg_id for _, msg_id in acks], "ack")
+            if any(self._overrides(task, "ack") for task in counts):
+                self._call_each(tasks, [msg_id for _, msg_id in acks], "ack")
         return self.emits - before
 
     def apply_activation(self) -> None:
@@ -387,13 +389,15 @@ class SpoutHost:
         if len(acked):
             latencies = self._now() - acked.emitted_at
             tasks = acked.tasks
-            for task in np.unique(tasks).tolist():
+            spout_tasks = np.unique(tasks).tolist()
+            for task in spout_tasks:
                 mine = tasks == task
                 buckets = latency_buckets(latencies[mine])
                 for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
                     stats.acked += int(np.count_nonzero(mine))
                     stats.record_buckets(*buckets)
-            self._call_each(acked.tasks.tolist(), acked.msg_ids, "ack")
+            if any(self._overrides(task, "ack") for task in spout_tasks):
+                self._call_each(acked.tasks.tolist(), acked.msg_ids, "ack")
         if len(acked) == len(settlement):
             return
         rows = zip(settlement.tasks.tolist(), settlement.msg_ids, settlement.how.tolist(), strict=True)
@@ -413,9 +417,8 @@ class SpoutHost:
         for task, msg_id in zip(tasks, msg_ids, strict=True):
             call = bound.get(task)
             if call is None:
-                spout = self._by_task[task].spout
-                inherited = getattr(type(spout), method, None) is getattr(Spout, method)
-                call = bound[task] = False if inherited else getattr(spout, method)
+                own = self._overrides(task, method)
+                call = bound[task] = getattr(self._by_task[task].spout, method) if own else False
             if call is False:
                 continue
             try:
@@ -423,6 +426,10 @@ class SpoutHost:
             except Exception as exc:
                 spout = self._by_task[task]
                 self.error(spout.component, spout.task, f"raised in {method}({msg_id!r})", exc)
+
+    def _overrides(self, task: int, method: str) -> bool:
+        """Whether spout task ``task``'s class has its own ``method`` (``ack``, ``fail``), not ``Spout``'s no-op."""
+        return getattr(type(self._by_task[task].spout), method, None) is not getattr(Spout, method)
 
     def _call(self, spout: SpoutTask, method: str, *args: Any) -> None:
         """``method(*args)`` on the spout; what it raises is counted and logged, and the topology goes on."""
