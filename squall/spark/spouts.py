@@ -392,10 +392,11 @@ class SpoutHost:
             spout_tasks = np.unique(tasks).tolist()
             for task in spout_tasks:
                 mine = tasks == task
-                buckets = latency_buckets(latencies[mine])
-                for stats in (self.stats.of(self._by_task[task].component), self._task_stats[task]):
-                    stats.acked += int(np.count_nonzero(mine))
-                    stats.record_buckets(*buckets)
+                acked_here = int(np.count_nonzero(mine))
+                self.stats.of(self._by_task[task].component).acked += acked_here
+                self._task_stats[task].acked += acked_here
+                # Only the task's histogram: its report carries it, and the driver adds it to the component's.
+                self._task_stats[task].record_buckets(*latency_buckets(latencies[mine]))
             if any(self._overrides(task, "ack") for task in spout_tasks):
                 self._call_each(acked.tasks.tolist(), acked.msg_ids, "ack")
         if len(acked) == len(settlement):
