@@ -73,11 +73,17 @@ def test_snapshots_and_spout_logs_written_by_the_workers_are_refused_once_change
     path = store.write_task(3, 2, pickle.dumps({"counts": {"cow": 1}}))
     assert pickle.loads(store.read_task(path)) == {"counts": {"cow": 1}}
 
-    log = tmp_path / "run-0123456789ab" / "spout-log" / "task-1" / "wave-3"
+    (log,) = (tmp_path / "run-0123456789ab" / "spout-log" / "task-1").iterdir()
+    good = log.read_bytes()
+    log.write_bytes(good.replace(b"the cow", b"the pig"))
+    reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())  # another worker, reading it afresh
+    with pytest.raises(TamperedBlobError, match=f"{log}: its signature does not match"):
+        reader.spout_wave(1, 3)
     marker = tmp_path / "unpickled"
     log.write_bytes(pickle.dumps([MakesADirectory(str(marker))]))
-    with pytest.raises(TamperedBlobError, match=f"{log}: it is not a blob squall sealed"):
-        store.spout_wave(1, 3)
+    reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())
+    with pytest.raises(TamperedBlobError, match=f"{log}: it is not a spout log squall wrote"):
+        reader.spout_wave(1, 3)
     snapshot = tmp_path / "run-0123456789ab" / "snapshots" / "3" / "task-2"
     snapshot.write_bytes(snapshot.read_bytes().replace(b"cow", b"pig"))
     with pytest.raises(TamperedBlobError, match=f"{snapshot}: its signature does not match"):

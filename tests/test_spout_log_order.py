@@ -14,32 +14,40 @@ import numpy as np
 from squall import BasicBolt, Spout, TopologyBuilder
 from squall.reliability.acks import AckBatch
 from squall.security import BlobSealer
-from squall.spark.protocol import AckerInput, RunSettings, WaveInput
+from squall.spark.protocol import AckerInput, Batch, RunSettings, WaveInput
 from squall.spark.shipping import shipped_here
-from squall.spark.snapshots import SnapshotStore
+from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
 from squall.spark.worker_spouts import WorkerSpouts
 
 RUN = "logged-0123456789ab"
 
 
+KEY = b"a checkpoint key of 32 bytes...."
+
+
+def logged(root: Path, task: int) -> list[int]:
+    """The waves of spout task ``task`` whose logs a worker could read from ``root`` now: a store of its own."""
+    return SnapshotStore(str(root), RUN, BlobSealer(KEY)).logged_spout_waves(task)
+
+
 class Numbers(Spout):
-    """Emits 0, 1, 2, ...; at each ``ack`` it notes which of its waves' logs exist then."""
+    """Emits 0, 1, 2, ...; at each ``ack`` it notes which of its waves' logs can be read then."""
 
     outputs = ("n",)
 
-    def __init__(self, logs: str) -> None:
-        self.logs = logs
+    def __init__(self, root: str) -> None:
+        self.root = root
 
     def open(self, conf, context, collector):
         self.collector, self.next, self.acked = collector, 0, []
+        self.task = context.task_id
 
     def next_tuple(self):
         self.collector.emit([self.next], msg_id=self.next)
         self.next += 1
 
     def ack(self, msg_id):
-        logs = Path(self.logs)
-        self.acked.append((msg_id, sorted(p.name for p in logs.glob("task-*/wave-*"))))
+        self.acked.append((msg_id, logged(Path(self.root), self.task)))
 
 
 class Sink(BasicBolt):
@@ -53,12 +61,12 @@ def one_worker(tmp_path):
     """The spout and acker tasks of ``numbers -> sink`` on one worker, logging under ``tmp_path``: the
     ``WorkerSpouts``, its ``SnapshotStore``, and the spout's and the sink's task ids."""
     b = TopologyBuilder()
-    b.set_spout("numbers", Numbers(str(tmp_path / RUN / "spout-log")))
+    b.set_spout("numbers", Numbers(str(tmp_path)))
     b.set_bolt("sink", Sink()).shuffle_grouping("numbers")
     topology = b.build()
     (spout_task,), (sink_task,) = topology.task_ids("numbers"), topology.task_ids("sink")
     settings = RunSettings(RUN, seed=1, acking=True, capture=False, num_ackers=1)
-    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(b"a checkpoint key of 32 bytes...."))
+    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
     spouts = WorkerSpouts(shipped_here(topology, {}), settings, [spout_task], [0], 1, 0, store)
     return spouts, store, spout_task, sink_task
 
@@ -79,21 +87,63 @@ def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(
     spouts.settle_due()  # what the worker does when its inbox is empty
 
     spout = spouts.host.tasks[0].spout
-    assert spout.acked == [(0, ["wave-1"]), (1, ["wave-1"]), (2, ["wave-1"])]  # logged before the first ack
+    assert spout.acked == [(0, [1]), (1, [1]), (2, [1])]  # logged before the first ack
     assert [list(b.rows()) for b in store.spout_wave(spout_task, 1)] == [
         [("default", (0,)), ("default", (1,)), ("default", (2,))]
     ]
 
 
 def test_an_idle_worker_writes_the_log_and_a_commit_drops_it(tmp_path):
-    spouts, _, _, _ = one_worker(tmp_path)
+    spouts, store, spout_task, _ = one_worker(tmp_path)
 
     spouts.run_wave(WaveInput(0, 1, None, (), spout_calls=2), 0, lambda batch: None)
     spouts.run_wave(WaveInput(0, 2, None, (), spout_calls=2), 0, lambda batch: None)  # logs wave 1 first
-    assert [p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")] == ["wave-1"]
+    assert logged(tmp_path, spout_task) == [1]
 
     spouts.settle_due()  # what the worker does when its inbox is empty
-    assert sorted(p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")) == ["wave-1", "wave-2"]
+    assert logged(tmp_path, spout_task) == [1, 2]
 
-    spouts.commit(2, snapshot=1)  # a complete snapshot holds wave 1's effects: its log goes
-    assert [p.name for p in (tmp_path / RUN / "spout-log").glob("task-*/wave-*")] == ["wave-2"]
+    # A complete snapshot holds wave 1's effects: the segment holding waves 1 and 2 is closed, and stays while
+    # wave 2 is not in a complete snapshot; wave 3 starts a new segment.
+    spouts.commit(2, snapshot=1)
+    spouts.run_wave(WaveInput(0, 3, None, (), spout_calls=2), 0, lambda batch: None)
+    spouts.settle_due()
+    assert logged(tmp_path, spout_task) == [1, 2, 3]
+    assert len(list((tmp_path / RUN / "spout-log").glob("task-*/segment-*"))) == 2
+
+    spouts.commit(3, snapshot=2)  # every wave of the first segment is in a complete snapshot: it goes
+    assert logged(tmp_path, spout_task) == [3]
+    assert [list(b.rows()) for b in store.spout_wave(spout_task, 3)] == [[("default", (4,)), ("default", (5,))]]
+    assert store.spout_wave(spout_task, 1) == []
+
+
+def test_a_record_cut_short_by_a_dying_worker_is_read_as_absent_and_its_segment_dropped_by_another(tmp_path):
+    spouts, _, spout_task, _ = one_worker(tmp_path)
+    for wave in (1, 2):
+        spouts.run_wave(WaveInput(0, wave, None, (), spout_calls=2), 0, lambda batch: None)
+    spouts.settle_due()
+    (segment,) = (tmp_path / RUN / "spout-log").glob("task-*/segment-*")
+    segment.write_bytes(segment.read_bytes()[:-5])  # the worker died writing wave 2's record
+
+    other = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))  # the worker that runs the spout task now
+    assert other.logged_spout_waves(spout_task) == [1]
+    assert [list(b.rows()) for b in other.spout_wave(spout_task, 1)] == [[("default", (0,)), ("default", (1,))]]
+    assert other.spout_wave(spout_task, 2) == []
+
+    other.drop_spout_waves(spout_task, [1])  # its last whole record is wave 1: the segment goes
+    assert list((tmp_path / RUN / "spout-log").glob("task-*/segment-*")) == []
+
+
+def test_on_a_filesystem_that_cannot_append_each_wave_is_a_file_of_its_own(tmp_path):
+    store = SnapshotStore("mock:///checkpoints", RUN, BlobSealer(KEY))  # an object store's way: whole files only
+    assert not store.segments
+    for wave in (1, 2):
+        batch = Batch(0, wave, 1, "numbers", 1, 2)
+        batch.add("default", (wave,), 5, 9)
+        store.log_spout_wave(1, wave, pickle_spout_wave([batch]))
+    assert store.logged_spout_waves(1) == [1, 2]
+
+    store.drop_spout_waves(1, [1])
+    assert store.logged_spout_waves(1) == [2]
+    assert [list(b.rows()) for b in store.spout_wave(1, 2)] == [[("default", (2,))]]
+    assert store.spout_wave(1, 1) == []

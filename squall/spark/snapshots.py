@@ -7,8 +7,10 @@ When spouts run on the workers (``LocalCluster``, ``squall run``), the driver ho
   ``topology.max.spout.pending`` trees since the last) the driver marks a wave as a *snapshot wave*; at its end
   every plain bolt task that executed anything since its last snapshot writes its attributes, pickled, to
   ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
-* every spout task writes what it emitted in each wave to ``<dir>/<run>/spout-log/task-<task>/wave-<wave>``,
-  the input a restarted run replays;
+* every spout task logs what it emitted in each wave under ``<dir>/<run>/spout-log/task-<task>/``, the input a
+  restarted run replays: on a local filesystem appended to a segment file (``segment-<first wave>-<token>``),
+  one sealed record a wave, since creating a file costs a wave far more than appending to one; on any other
+  filesystem one file a wave (``wave-<wave>``);
 * when every task has reported a snapshot wave, the driver records it as the last complete snapshot
   (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots no longer needed; its next ``Commit`` tells
   the spout tasks, which remove their logs up to it.
@@ -20,8 +22,12 @@ the state a task holds.
 
 Any filesystem pyarrow reaches serves: a local path (one every host shares, on a cluster), ``hdfs://``,
 ``s3://``, ``gs://``. Files are written under a temporary name and renamed, so they are there whole or not at
-all. Every snapshot and spout log is sealed under the checkpoint key (``squall/security/sealing.py``) and
-opened before it is unpickled: a file changed by anyone without the key is refused, naming its path.
+all. A segment is the exception: its records are written one after another, each flushed to the kernel before
+the wave's trees can be acked, and a record its writer did not finish (the worker died writing it) is read as
+absent, as a wave-file never renamed would be: no tree of that wave was acked. A segment is closed when a
+snapshot completes, and removed once every wave in it is one the snapshot holds. Every snapshot and spout log
+record is sealed under the checkpoint key (``squall/security/sealing.py``) and opened before it is unpickled:
+a file changed by anyone without the key is refused, naming its path.
 """
 
 from __future__ import annotations
@@ -29,15 +35,21 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import struct
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from pyarrow import fs as pafs
 
-from squall.security.sealing import BlobSealer
+from squall.security.sealing import BlobSealer, TamperedBlobError
 from squall.spark.protocol import Batch, dumps
 
 COMPLETE = "COMPLETE"
+SEGMENT_MAGIC = b"squall spout log 1\n"  # a segment's first bytes
+SEGMENT_PREFIX = "segment-"
+RECORD_HEADER = struct.Struct("<QQ")  # a segment's record: its wave, then the length of the sealed bytes that follow
+SEALED_WAVE = struct.Struct("<Q")  # the wave again, inside the sealed bytes, before the pickled batches
 
 
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
@@ -115,6 +127,10 @@ class SnapshotStore:
             root = urlparse(root).path
         self.filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
         self.base = f"{base.rstrip('/')}/{run_id}"
+        self.segments = isinstance(self.filesystem, pafs.LocalFileSystem)  # spout logs appended to segment files
+        self._open_segments: dict[int, tuple[str, pafs.NativeFile]] = {}  # spout task -> the segment written now
+        self._last_waves: dict[str, int] = {}  # segment written here -> the last wave it holds
+        self._records: dict[int, dict[int, tuple[str, memoryview]]] = {}  # spout task -> wave -> its record, read
 
     # -- files ------------------------------------------------------------------------------
     def _write(self, path: str, data: bytes, sealed: bool = True) -> None:
@@ -163,22 +179,114 @@ class SnapshotStore:
                 self._delete_dir(f"{self.base}/snapshots/{name}")
 
     # -- spout logs ------------------------------------------------------------------------
-    def log_spout_wave(self, task: int, wave: int, blob: bytes) -> None:
-        """Write what spout task ``task`` emitted in ``wave``: ``pickle_spout_wave`` of its batches."""
-        self._write(f"{self.base}/spout-log/task-{task}/wave-{wave}", blob)
+    def _spout_log(self, task: int) -> str:
+        return f"{self.base}/spout-log/task-{task}"
 
-    def drop_spout_wave(self, task: int, wave: int) -> None:
-        with contextlib.suppress(FileNotFoundError, OSError):
-            self.filesystem.delete_file(f"{self.base}/spout-log/task-{task}/wave-{wave}")
+    def log_spout_wave(self, task: int, wave: int, blob: bytes) -> None:
+        """Write what spout task ``task`` emitted in ``wave``: ``pickle_spout_wave`` of its batches. It is in the
+        kernel's hands when this returns, so it outlives this worker's process."""
+        self._records.pop(task, None)
+        if not self.segments:
+            self._write(f"{self._spout_log(task)}/wave-{wave}", blob)
+            return
+        path, stream = self._open_segments.get(task) or self._new_segment(task, wave)
+        sealed = self.sealer.seal(SEALED_WAVE.pack(wave) + blob)
+        stream.write(RECORD_HEADER.pack(wave, len(sealed)) + sealed)
+        stream.flush()
+        self._last_waves[path] = wave
+
+    def _new_segment(self, task: int, wave: int) -> tuple[str, pafs.NativeFile]:
+        directory = self._spout_log(task)
+        self.filesystem.create_dir(directory, recursive=True)
+        path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{uuid.uuid4().hex[:12]}"
+        stream = self.filesystem.open_output_stream(path)
+        stream.write(SEGMENT_MAGIC)
+        self._open_segments[task] = (path, stream)
+        return path, stream
+
+    def drop_spout_waves(self, task: int, waves: list[int]) -> None:
+        """A complete snapshot holds the effects of spout task ``task``'s ``waves``: their logs may go. Wave files
+        go one by one. The segment written now is closed, so that the next wave starts a new one, and every
+        segment whose last wave is among those dropped goes (one a worker that died left too)."""
+        self._records.pop(task, None)
+        if not self.segments:
+            for wave in waves:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.filesystem.delete_file(f"{self._spout_log(task)}/wave-{wave}")
+            return
+        if task in self._open_segments:
+            self._open_segments.pop(task)[1].close()
+        through = max(waves)
+        for name in self._children(self._spout_log(task)):
+            if not name.startswith(SEGMENT_PREFIX):
+                continue
+            path = f"{self._spout_log(task)}/{name}"
+            last = self._last_waves.get(path)
+            if last is None:  # written by another worker: its records say
+                with contextlib.suppress(FileNotFoundError, OSError, TamperedBlobError):
+                    last = max((wave for wave, _ in self._read_segment(path)), default=None)
+            if last is not None and last <= through:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    self.filesystem.delete_file(path)
+                self._last_waves.pop(path, None)
+
+    def _read_segment(self, path: str) -> Iterator[tuple[int, memoryview]]:
+        """Each whole record of a segment, as (wave, its sealed bytes); a record cut short ends it."""
+        with self.filesystem.open_input_stream(path) as stream:
+            view = memoryview(stream.read())
+        if bytes(view[: len(SEGMENT_MAGIC)]) != SEGMENT_MAGIC:
+            raise TamperedBlobError(path, "it is not a spout log squall wrote")
+        at = len(SEGMENT_MAGIC)
+        while at + RECORD_HEADER.size <= len(view):
+            wave, size = RECORD_HEADER.unpack_from(view, at)
+            at += RECORD_HEADER.size
+            if at + size > len(view):  # its writer died writing it: that wave's trees were never acked
+                return
+            yield wave, view[at : at + size]
+            at += size
+
+    def logged_spout_waves(self, task: int) -> list[int]:
+        """The waves of spout task ``task`` whose logs can be read, in order."""
+        if not self.segments:
+            names = self._children(self._spout_log(task))
+            return sorted(int(name[5:]) for name in names if name.startswith("wave-"))
+        return sorted(self._spout_records(task))
+
+    def _spout_records(self, task: int) -> dict[int, tuple[str, memoryview]]:
+        records = self._records.get(task)
+        if records is None:
+            records = {}
+            for name in sorted(self._children(self._spout_log(task))):
+                if name.startswith(SEGMENT_PREFIX):
+                    path = f"{self._spout_log(task)}/{name}"
+                    records.update((wave, (path, sealed)) for wave, sealed in self._read_segment(path))
+            self._records[task] = records
+        return records
 
     def spout_wave(self, task: int, wave: int) -> list[Batch]:
-        """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no file)."""
-        try:
-            return pickle.loads(self._read(f"{self.base}/spout-log/task-{task}/wave-{wave}"))
-        except FileNotFoundError:
+        """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no log of it)."""
+        if not self.segments:
+            try:
+                return pickle.loads(self._read(f"{self._spout_log(task)}/wave-{wave}"))
+            except FileNotFoundError:
+                return []
+        found = self._spout_records(task).get(wave)
+        if found is None:
             return []
+        path, sealed = found
+        data = self.sealer.open(sealed, path)
+        if SEALED_WAVE.unpack_from(data)[0] != wave:
+            raise TamperedBlobError(path, f"its record of wave {wave} holds another wave")
+        return pickle.loads(data[SEALED_WAVE.size :])
+
+    def close(self) -> None:
+        """Close the segments this store writes (a new wave opens a new one)."""
+        for _, stream in self._open_segments.values():
+            stream.close()
+        self._open_segments.clear()
 
     def remove(self) -> None:
+        self.close()
         self._delete_dir(self.base)
 
     def remove_earlier_runs(self, name: str) -> list[str]:

@@ -539,6 +539,8 @@ class Worker:
         if self.batches is not None:
             self.batches.close()
             self.batches = None
+        if self.store is not None:
+            self.store.close()
         if self.final:
             return
         for hosted in self.tasks.values():

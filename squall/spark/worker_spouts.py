@@ -255,9 +255,12 @@ class WorkerSpouts:
     def commit(self, wave: int, snapshot: int = 0) -> None:
         self.due += self.gate.handle(WaveCommitted(wave, snapshot))
         self.settle_due()
+        dropped: dict[int, list[int]] = {}
         while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
             task, logged_wave = self.logged.popleft()
-            self.store.drop_spout_wave(task, logged_wave)
+            dropped.setdefault(task, []).append(logged_wave)
+        for task, waves in dropped.items():
+            self.store.drop_spout_waves(task, waves)
 
     def release(self, wave: int) -> None:
         self.due += self.gate.handle(CheckpointReleased(wave))
