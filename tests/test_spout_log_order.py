@@ -16,7 +16,7 @@ from squall.reliability.acks import AckBatch
 from squall.security import BlobSealer
 from squall.spark.protocol import AckerInput, Batch, RunSettings, WaveInput
 from squall.spark.shipping import shipped_here
-from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
+from squall.spark.snapshots import SnapshotStore, on_host_disk, pickle_spout_wave
 from squall.spark.worker_spouts import WorkerSpouts
 
 RUN = "logged-0123456789ab"
@@ -147,3 +147,9 @@ def test_on_a_filesystem_that_cannot_append_each_wave_is_a_file_of_its_own(tmp_p
     assert store.logged_spout_waves(1) == [2]
     assert [list(b.rows()) for b in store.spout_wave(1, 2)] == [[("default", (2,))]]
     assert store.spout_wave(1, 1) == []
+
+
+def test_segments_only_on_a_disk_of_the_host_itself(tmp_path):
+    assert on_host_disk(str(tmp_path / "not made yet"))  # the test's own temporary directory
+    assert not on_host_disk("/proc/self")  # no disk at all, as a network mount is none of this host's
+    assert SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY)).segments

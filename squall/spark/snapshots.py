@@ -8,9 +8,10 @@ When spouts run on the workers (``LocalCluster``, ``squall run``), the driver ho
   every plain bolt task that executed anything since its last snapshot writes its attributes, pickled, to
   ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
 * every spout task logs what it emitted in each wave under ``<dir>/<run>/spout-log/task-<task>/``, the input a
-  restarted run replays: on a local filesystem appended to a segment file (``segment-<first wave>-<token>``),
-  one sealed record a wave, since creating a file costs a wave far more than appending to one; on any other
-  filesystem one file a wave (``wave-<wave>``);
+  restarted run replays: on a disk of the worker's own host appended to a segment file
+  (``segment-<first wave>-<token>``), one sealed record a wave, since creating a file costs a wave far more
+  than appending to one; on a network mount or an object store one file a wave (``wave-<wave>``), closed
+  before any tree of the wave can be acked;
 * when every task has reported a snapshot wave, the driver records it as the last complete snapshot
   (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots no longer needed; its next ``Commit`` tells
   the spout tasks, which remove their logs up to it.
@@ -33,6 +34,7 @@ a file changed by anyone without the key is refused, naming its path.
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import re
 import struct
@@ -50,6 +52,30 @@ SEGMENT_MAGIC = b"squall spout log 1\n"  # a segment's first bytes
 SEGMENT_PREFIX = "segment-"
 RECORD_HEADER = struct.Struct("<QQ")  # a segment's record: its wave, then the length of the sealed bytes that follow
 SEALED_WAVE = struct.Struct("<Q")  # the wave again, inside the sealed bytes, before the pickled batches
+
+
+# Filesystems of one host's own disks or memory: a spout log there is appended to. On any other (a network
+# mount), what a host that dies had appended may never reach the server, so each wave is a file closed at once.
+HOST_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "overlay"})
+
+
+def on_host_disk(path: str) -> bool:
+    """Whether ``path`` (which need not exist yet) lies on one of ``HOST_FILESYSTEMS``, by this host's mounts."""
+    try:
+        with open("/proc/self/mounts") as mounts:
+            entries = [line.split() for line in mounts]
+    except OSError:  # not Linux: not known to be safe
+        return False
+    real = os.path.realpath(path)
+    found, kind = "", None
+    for entry in entries:
+        if len(entry) < 3:
+            continue
+        point = entry[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(found):
+            found, kind = point, entry[2]
+    return kind in HOST_FILESYSTEMS
 
 
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
@@ -127,7 +153,8 @@ class SnapshotStore:
             root = urlparse(root).path
         self.filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
         self.base = f"{base.rstrip('/')}/{run_id}"
-        self.segments = isinstance(self.filesystem, pafs.LocalFileSystem)  # spout logs appended to segment files
+        # Spout logs appended to segment files: on this host's own disk only.
+        self.segments = isinstance(self.filesystem, pafs.LocalFileSystem) and on_host_disk(self.base)
         self._open_segments: dict[int, tuple[str, pafs.NativeFile]] = {}  # spout task -> the segment written now
         self._last_waves: dict[str, int] = {}  # segment written here -> the last wave it holds
         self._records: dict[int, dict[int, tuple[str, memoryview]]] = {}  # spout task -> wave -> its record, read
