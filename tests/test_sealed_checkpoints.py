@@ -17,7 +17,7 @@ from squall import LocalCluster, StatefulBolt, TopologyBuilder
 from squall.connectors.queue import QueueSpout, ReliableQueue
 from squall.security import BlobSealer, TamperedBlobError, checkpoint_key
 from squall.spark.protocol import Batch
-from squall.spark.snapshots import SnapshotStore, pickle_spout_wave
+from squall.spark.snapshots import RECORD_HEADER, SEGMENT_MAGIC, SnapshotStore, pickle_spout_wave
 from squall.state.providers import FileStateProvider, StatePart
 
 LAYOUT = {"count": [1]}
@@ -79,8 +79,19 @@ def test_snapshots_and_spout_logs_written_by_the_workers_are_refused_once_change
     reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())  # another worker, reading it afresh
     with pytest.raises(TamperedBlobError, match=f"{log}: its signature does not match"):
         reader.spout_wave(1, 3)
+    relabelled = bytearray(good)  # the record's own header says another wave
+    RECORD_HEADER.pack_into(relabelled, len(SEGMENT_MAGIC), 7, RECORD_HEADER.unpack_from(good, len(SEGMENT_MAGIC))[1])
+    log.write_bytes(bytes(relabelled))
+    reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())
+    with pytest.raises(TamperedBlobError, match=f"{log}: its record of task 1's wave 7 holds another's"):
+        reader.spout_wave(1, 7)
     marker = tmp_path / "unpickled"
-    log.write_bytes(pickle.dumps([MakesADirectory(str(marker))]))
+    planted = pickle.dumps([MakesADirectory(str(marker))])
+    log.write_bytes(SEGMENT_MAGIC + RECORD_HEADER.pack(3, len(planted)) + planted)  # a record never sealed
+    reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())
+    with pytest.raises(TamperedBlobError, match=f"{log}: it is not a blob squall sealed"):
+        reader.spout_wave(1, 3)
+    log.write_bytes(planted)
     reader = SnapshotStore(str(tmp_path), "run-0123456789ab", sealer())
     with pytest.raises(TamperedBlobError, match=f"{log}: it is not a spout log squall wrote"):
         reader.spout_wave(1, 3)

@@ -7,6 +7,7 @@ latest before the worker's ackers apply any ack: this drives one worker's spout 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from squall.reliability.acks import AckBatch
 from squall.security import BlobSealer
 from squall.spark.protocol import AckerInput, Batch, RunSettings, WaveInput
 from squall.spark.shipping import shipped_here
-from squall.spark.snapshots import SnapshotStore, on_host_disk, pickle_spout_wave
+from squall.spark.snapshots import SEGMENT_MAGIC, SnapshotStore, filesystem_of, on_host_disk, pickle_spout_wave
 from squall.spark.worker_spouts import WorkerSpouts
 
 RUN = "logged-0123456789ab"
@@ -117,6 +118,17 @@ def test_an_idle_worker_writes_the_log_and_a_commit_drops_it(tmp_path):
     assert store.spout_wave(spout_task, 1) == []
 
 
+def wave_of(wave: int) -> bytes:
+    """A spout task's log of ``wave``: one batch with the row ``(wave,)``."""
+    batch = Batch(0, wave, 1, "numbers", 1, 2)
+    batch.add("default", (wave,), 5, 9)
+    return pickle_spout_wave([batch])
+
+
+def rows(batches) -> list:
+    return [list(b.rows()) for b in batches]
+
+
 def test_a_record_cut_short_by_a_dying_worker_is_read_as_absent_and_its_segment_dropped_by_another(tmp_path):
     spouts, _, spout_task, _ = one_worker(tmp_path)
     for wave in (1, 2):
@@ -125,31 +137,81 @@ def test_a_record_cut_short_by_a_dying_worker_is_read_as_absent_and_its_segment_
     (segment,) = (tmp_path / RUN / "spout-log").glob("task-*/segment-*")
     segment.write_bytes(segment.read_bytes()[:-5])  # the worker died writing wave 2's record
 
-    other = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))  # the worker that runs the spout task now
-    assert other.logged_spout_waves(spout_task) == [1]
-    assert [list(b.rows()) for b in other.spout_wave(spout_task, 1)] == [[("default", (0,)), ("default", (1,))]]
-    assert other.spout_wave(spout_task, 2) == []
+    now = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))  # the worker that runs the spout task now
+    assert now.logged_spout_waves(spout_task) == [1]
+    assert rows(now.spout_wave(spout_task, 1)) == [[("default", (0,)), ("default", (1,))]]
+    assert now.spout_wave(spout_task, 2) == []
 
-    other.drop_spout_waves(spout_task, [1])  # its last whole record is wave 1: the segment goes
-    assert list((tmp_path / RUN / "spout-log").glob("task-*/segment-*")) == []
+    for wave in (3, 4):
+        now.log_spout_wave(spout_task, wave, wave_of(wave))
+    # The dead worker's last whole record is wave 1: its segment goes. Wave 4 is in no complete snapshot yet:
+    # the segment holding it stays.
+    now.drop_spout_waves(spout_task, [3])
+    (left,) = (tmp_path / RUN / "spout-log").glob("task-*/segment-*")
+    assert left != segment
+    assert now.logged_spout_waves(spout_task) == [3, 4]
 
 
 def test_on_a_filesystem_that_cannot_append_each_wave_is_a_file_of_its_own(tmp_path):
     store = SnapshotStore("mock:///checkpoints", RUN, BlobSealer(KEY))  # an object store's way: whole files only
     assert not store.segments
     for wave in (1, 2):
-        batch = Batch(0, wave, 1, "numbers", 1, 2)
-        batch.add("default", (wave,), 5, 9)
-        store.log_spout_wave(1, wave, pickle_spout_wave([batch]))
+        store.log_spout_wave(1, wave, wave_of(wave))
     assert store.logged_spout_waves(1) == [1, 2]
 
     store.drop_spout_waves(1, [1])
     assert store.logged_spout_waves(1) == [2]
-    assert [list(b.rows()) for b in store.spout_wave(1, 2)] == [[("default", (2,))]]
+    assert rows(store.spout_wave(1, 2)) == [[("default", (2,))]]
     assert store.spout_wave(1, 1) == []
 
 
+MOUNTINFO = """22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+31 27 0:52 / /checkpoints rw,relatime - nfs4 server:/export rw,vers=4.2
+32 31 8:17 / /checkpoints/local rw,relatime - xfs /dev/sdb1 rw
+"""
+
+
 def test_segments_only_on_a_disk_of_the_host_itself(tmp_path):
+    assert filesystem_of(os.makedev(254, 0), MOUNTINFO) == "ext4"
+    assert filesystem_of(os.makedev(0, 52), MOUNTINFO) == "nfs4"  # a network mount: a file a wave
+    assert filesystem_of(os.makedev(8, 17), MOUNTINFO) == "xfs"  # a disk mounted inside it
+    assert filesystem_of(os.makedev(9, 9), MOUNTINFO) is None
     assert on_host_disk(str(tmp_path / "not made yet"))  # the test's own temporary directory
     assert not on_host_disk("/proc/self")  # no disk at all, as a network mount is none of this host's
     assert SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY)).segments
+
+
+def test_a_worker_reads_either_layout_and_what_another_wrote_after_it_first_read(tmp_path):
+    def store(segments: bool) -> SnapshotStore:
+        made = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
+        made.segments = segments  # as a worker on a network mount (False) or on the disk itself (True) decides
+        return made
+
+    def log(writer: SnapshotStore, wave: int) -> None:
+        writer.log_spout_wave(1, wave, wave_of(wave))
+
+    log(store(False), 1)
+    segments = store(True)
+    log(segments, 2)
+    reader = store(True)
+    assert rows(reader.spout_wave(1, 1)) + rows(reader.spout_wave(1, 2)) == [[("default", (1,))], [("default", (2,))]]
+    log(segments, 3)  # after the reader read the segment once
+    assert rows(reader.spout_wave(1, 3)) == [[("default", (3,))]]
+    assert reader.logged_spout_waves(1) == [1, 2, 3]
+
+    reader.drop_spout_waves(1, [1])  # the wave file goes; the segment holds wave 3 still
+    assert reader.logged_spout_waves(1) == [2, 3]
+    segments.drop_spout_waves(1, [3])
+    assert reader.logged_spout_waves(1) == []
+
+
+def test_a_segment_cut_short_before_its_first_record_holds_none_and_goes(tmp_path):
+    directory = tmp_path / RUN / "spout-log" / "task-1"
+    directory.mkdir(parents=True)
+    (directory / "segment-000000000004-0123456789ab").write_bytes(SEGMENT_MAGIC[:5])  # its writer died there
+    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
+    assert store.logged_spout_waves(1) == []
+    assert store.spout_wave(1, 4) == []
+    store.drop_spout_waves(1, [3])
+    assert list(directory.iterdir()) == []

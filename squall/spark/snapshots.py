@@ -25,10 +25,11 @@ Any filesystem pyarrow reaches serves: a local path (one every host shares, on a
 ``s3://``, ``gs://``. Files are written under a temporary name and renamed, so they are there whole or not at
 all. A segment is the exception: its records are written one after another, each flushed to the kernel before
 the wave's trees can be acked, and a record its writer did not finish (the worker died writing it) is read as
-absent, as a wave-file never renamed would be: no tree of that wave was acked. A segment is closed when a
-snapshot completes, and removed once every wave in it is one the snapshot holds. Every snapshot and spout log
-record is sealed under the checkpoint key (``squall/security/sealing.py``) and opened before it is unpickled:
-a file changed by anyone without the key is refused, naming its path.
+absent, as a wave file never renamed would be: no tree of that wave was acked. A segment is closed when a
+snapshot completes, and removed once every wave in it is one the snapshot holds. A worker reads either layout,
+whichever it writes. Every snapshot and spout log record is sealed under the checkpoint key
+(``squall/security/sealing.py``) and opened before it is unpickled: a file changed by anyone without the key
+is refused, naming its path.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ COMPLETE = "COMPLETE"
 SEGMENT_MAGIC = b"squall spout log 1\n"  # a segment's first bytes
 SEGMENT_PREFIX = "segment-"
 RECORD_HEADER = struct.Struct("<QQ")  # a segment's record: its wave, then the length of the sealed bytes that follow
-SEALED_WAVE = struct.Struct("<Q")  # the wave again, inside the sealed bytes, before the pickled batches
+SEALED_RECORD = struct.Struct("<QQ")  # inside the sealed bytes, before the pickled batches: the task, the wave
 
 
 # Filesystems of one host's own disks or memory: a spout log there is appended to. On any other (a network
@@ -60,22 +61,30 @@ HOST_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2
 
 
 def on_host_disk(path: str) -> bool:
-    """Whether ``path`` (which need not exist yet) lies on one of ``HOST_FILESYSTEMS``, by this host's mounts."""
+    """Whether ``path`` (which need not exist yet) lies on one of ``HOST_FILESYSTEMS``: the filesystem of the
+    device its nearest existing directory is on, by this host's ``/proc/self/mountinfo``."""
+    probe = os.path.realpath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
     try:
-        with open("/proc/self/mounts") as mounts:
-            entries = [line.split() for line in mounts]
+        device = os.stat(probe).st_dev
+        with open("/proc/self/mountinfo") as mountinfo:
+            return filesystem_of(device, mountinfo.read()) in HOST_FILESYSTEMS
     except OSError:  # not Linux: not known to be safe
         return False
-    real = os.path.realpath(path)
-    found, kind = "", None
-    for entry in entries:
-        if len(entry) < 3:
+
+
+def filesystem_of(device: int, mountinfo: str) -> str | None:
+    """The filesystem type that ``mountinfo`` (``/proc/self/mountinfo``'s text) gives device ``device``."""
+    for line in mountinfo.splitlines():
+        fields, _, after = line.partition(" - ")
+        numbers = fields.split()[2:3]
+        if not after or not numbers or numbers[0].count(":") != 1:
             continue
-        point = entry[1].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(found):
-            found, kind = point, entry[2]
-    return kind in HOST_FILESYSTEMS
+        major, minor = numbers[0].split(":")
+        if major.isdigit() and minor.isdigit() and os.makedev(int(major), int(minor)) == device:
+            return after.split()[0]
+    return None
 
 
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
@@ -157,7 +166,7 @@ class SnapshotStore:
         self.segments = isinstance(self.filesystem, pafs.LocalFileSystem) and on_host_disk(self.base)
         self._open_segments: dict[int, tuple[str, pafs.NativeFile]] = {}  # spout task -> the segment written now
         self._last_waves: dict[str, int] = {}  # segment written here -> the last wave it holds
-        self._records: dict[int, dict[int, tuple[str, memoryview]]] = {}  # spout task -> wave -> its record, read
+        self._records: dict[int, dict[int, memoryview]] = {}  # spout task -> wave -> its pickled batches, read
 
     # -- files ------------------------------------------------------------------------------
     def _write(self, path: str, data: bytes, sealed: bool = True) -> None:
@@ -212,14 +221,18 @@ class SnapshotStore:
     def log_spout_wave(self, task: int, wave: int, blob: bytes) -> None:
         """Write what spout task ``task`` emitted in ``wave``: ``pickle_spout_wave`` of its batches. It is in the
         kernel's hands when this returns, so it outlives this worker's process."""
-        self._records.pop(task, None)
         if not self.segments:
             self._write(f"{self._spout_log(task)}/wave-{wave}", blob)
             return
         path, stream = self._open_segments.get(task) or self._new_segment(task, wave)
-        sealed = self.sealer.seal(SEALED_WAVE.pack(wave) + blob)
-        stream.write(RECORD_HEADER.pack(wave, len(sealed)) + sealed)
-        stream.flush()
+        sealed = self.sealer.seal(SEALED_RECORD.pack(task, wave) + blob)
+        try:
+            stream.write(RECORD_HEADER.pack(wave, len(sealed)) + sealed)
+            stream.flush()
+        except BaseException:  # a record cut short ends its segment: the next wave starts a new one
+            del self._open_segments[task]
+            stream.close()
+            raise
         self._last_waves[path] = wave
 
     def _new_segment(self, task: int, wave: int) -> tuple[str, pafs.NativeFile]:
@@ -227,90 +240,102 @@ class SnapshotStore:
         self.filesystem.create_dir(directory, recursive=True)
         path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{uuid.uuid4().hex[:12]}"
         stream = self.filesystem.open_output_stream(path)
-        stream.write(SEGMENT_MAGIC)
+        try:
+            stream.write(SEGMENT_MAGIC)
+        except BaseException:
+            stream.close()
+            raise
         self._open_segments[task] = (path, stream)
         return path, stream
 
     def drop_spout_waves(self, task: int, waves: list[int]) -> None:
-        """A complete snapshot holds the effects of spout task ``task``'s ``waves``: their logs may go. Wave files
-        go one by one. The segment written now is closed, so that the next wave starts a new one, and every
-        segment whose last wave is among those dropped goes (one a worker that died left too)."""
-        self._records.pop(task, None)
-        if not self.segments:
-            for wave in waves:
-                with contextlib.suppress(FileNotFoundError, OSError):
-                    self.filesystem.delete_file(f"{self._spout_log(task)}/wave-{wave}")
-            return
+        """A complete snapshot holds the effects of spout task ``task``'s ``waves``: their logs may go. The segment
+        written now is closed, so that the next wave starts a new one; every wave file up to the last of
+        ``waves`` goes, and every segment whose last wave is (one a worker that died left too)."""
         if task in self._open_segments:
             self._open_segments.pop(task)[1].close()
         through = max(waves)
-        for name in self._children(self._spout_log(task)):
-            if not name.startswith(SEGMENT_PREFIX):
+        directory = self._spout_log(task)
+        for name in self._children(directory):
+            path = f"{directory}/{name}"
+            if name.startswith("wave-") and name[5:].isdigit():
+                gone = int(name[5:]) <= through
+            elif name.startswith(SEGMENT_PREFIX):
+                last = self._last_waves.get(path)
+                if last is None:  # written by a worker that is gone: its records say, and they stay as they are
+                    try:
+                        last = max((wave for wave, _ in self._read_segment(task, path)), default=0)
+                    except (FileNotFoundError, OSError, TamperedBlobError):
+                        continue  # left for the run's end, which removes its directory
+                    self._last_waves[path] = last
+                gone = last <= through
+            else:
                 continue
-            path = f"{self._spout_log(task)}/{name}"
-            last = self._last_waves.get(path)
-            if last is None:  # written by another worker: its records say
-                with contextlib.suppress(FileNotFoundError, OSError, TamperedBlobError):
-                    last = max((wave for wave, _ in self._read_segment(path)), default=None)
-            if last is not None and last <= through:
+            if gone:
                 with contextlib.suppress(FileNotFoundError, OSError):
                     self.filesystem.delete_file(path)
                 self._last_waves.pop(path, None)
 
-    def _read_segment(self, path: str) -> Iterator[tuple[int, memoryview]]:
-        """Each whole record of a segment, as (wave, its sealed bytes); a record cut short ends it."""
+    def _read_segment(self, task: int, path: str) -> Iterator[tuple[int, memoryview]]:
+        """Each whole record of one of spout task ``task``'s segments, as (wave, its pickled batches), each opened
+        under the checkpoint key first. A record cut short ends it, and a segment cut short before its first
+        record holds none: a worker died writing them, and no tree of that wave was acked."""
         with self.filesystem.open_input_stream(path) as stream:
             view = memoryview(stream.read())
+        if len(view) < len(SEGMENT_MAGIC) and SEGMENT_MAGIC.startswith(bytes(view)):
+            return
         if bytes(view[: len(SEGMENT_MAGIC)]) != SEGMENT_MAGIC:
             raise TamperedBlobError(path, "it is not a spout log squall wrote")
         at = len(SEGMENT_MAGIC)
         while at + RECORD_HEADER.size <= len(view):
             wave, size = RECORD_HEADER.unpack_from(view, at)
             at += RECORD_HEADER.size
-            if at + size > len(view):  # its writer died writing it: that wave's trees were never acked
+            if at + size > len(view):
                 return
-            yield wave, view[at : at + size]
+            data = self.sealer.open(view[at : at + size], path)
+            if SEALED_RECORD.unpack_from(data) != (task, wave):
+                raise TamperedBlobError(path, f"its record of task {task}'s wave {wave} holds another's")
+            yield wave, data[SEALED_RECORD.size :]
             at += size
 
-    def logged_spout_waves(self, task: int) -> list[int]:
-        """The waves of spout task ``task`` whose logs can be read, in order."""
-        if not self.segments:
-            names = self._children(self._spout_log(task))
-            return sorted(int(name[5:]) for name in names if name.startswith("wave-"))
-        return sorted(self._spout_records(task))
-
-    def _spout_records(self, task: int) -> dict[int, tuple[str, memoryview]]:
-        records = self._records.get(task)
+    def _spout_records(self, task: int, fresh: bool = False) -> dict[int, memoryview]:
+        """Wave -> its pickled batches, from every segment of spout task ``task``: read once, and again when
+        ``fresh`` (another worker may have written since)."""
+        records = None if fresh else self._records.get(task)
         if records is None:
             records = {}
-            for name in sorted(self._children(self._spout_log(task))):
+            directory = self._spout_log(task)
+            for name in sorted(self._children(directory)):
                 if name.startswith(SEGMENT_PREFIX):
-                    path = f"{self._spout_log(task)}/{name}"
-                    records.update((wave, (path, sealed)) for wave, sealed in self._read_segment(path))
+                    records.update(self._read_segment(task, f"{directory}/{name}"))
             self._records[task] = records
         return records
 
+    def logged_spout_waves(self, task: int) -> list[int]:
+        """The waves of spout task ``task`` whose logs can be read, in order."""
+        names = self._children(self._spout_log(task))
+        files = {int(name[5:]) for name in names if name.startswith("wave-") and name[5:].isdigit()}
+        return sorted(files | set(self._spout_records(task, fresh=True)))
+
     def spout_wave(self, task: int, wave: int) -> list[Batch]:
-        """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no log of it)."""
-        if not self.segments:
-            try:
-                return pickle.loads(self._read(f"{self._spout_log(task)}/wave-{wave}"))
-            except FileNotFoundError:
-                return []
-        found = self._spout_records(task).get(wave)
-        if found is None:
+        """What spout task ``task`` emitted in ``wave``; nothing if it emitted nothing then (no log of it). Either
+        layout is read, whichever this worker writes: the worker that wrote it may have been on another host."""
+        records = self._spout_records(task)
+        if wave not in records:
+            records = self._spout_records(task, fresh=True)
+        if wave in records:
+            return pickle.loads(records[wave])
+        try:
+            return pickle.loads(self._read(f"{self._spout_log(task)}/wave-{wave}"))
+        except FileNotFoundError:
             return []
-        path, sealed = found
-        data = self.sealer.open(sealed, path)
-        if SEALED_WAVE.unpack_from(data)[0] != wave:
-            raise TamperedBlobError(path, f"its record of wave {wave} holds another wave")
-        return pickle.loads(data[SEALED_WAVE.size :])
 
     def close(self) -> None:
-        """Close the segments this store writes (a new wave opens a new one)."""
+        """Close the segments this store writes (a new wave opens a new one), and forget what it read."""
         for _, stream in self._open_segments.values():
             stream.close()
         self._open_segments.clear()
+        self._records.clear()
 
     def remove(self) -> None:
         self.close()
