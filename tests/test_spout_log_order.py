@@ -146,7 +146,7 @@ def test_a_record_cut_short_by_a_dying_worker_is_read_as_absent_and_its_segment_
         now.log_spout_wave(spout_task, wave, wave_of(wave))
     # The dead worker's last whole record is wave 1: its segment goes. Wave 4 is in no complete snapshot yet:
     # the segment holding it stays.
-    now.drop_spout_waves(spout_task, [3])
+    now.drop_spout_waves(spout_task, 3)
     (left,) = (tmp_path / RUN / "spout-log").glob("task-*/segment-*")
     assert left != segment
     assert now.logged_spout_waves(spout_task) == [3, 4]
@@ -159,7 +159,7 @@ def test_on_a_filesystem_that_cannot_append_each_wave_is_a_file_of_its_own(tmp_p
         store.log_spout_wave(1, wave, wave_of(wave))
     assert store.logged_spout_waves(1) == [1, 2]
 
-    store.drop_spout_waves(1, [1])
+    store.drop_spout_waves(1, 1)
     assert store.logged_spout_waves(1) == [2]
     assert rows(store.spout_wave(1, 2)) == [[("default", (2,))]]
     assert store.spout_wave(1, 1) == []
@@ -200,9 +200,9 @@ def test_a_worker_reads_either_layout_and_what_another_wrote_after_it_first_read
     assert rows(reader.spout_wave(1, 3)) == [[("default", (3,))]]
     assert reader.logged_spout_waves(1) == [1, 2, 3]
 
-    reader.drop_spout_waves(1, [1])  # the wave file goes; the segment holds wave 3 still
+    reader.drop_spout_waves(1, 1)  # the wave file goes; the segment holds wave 3 still
     assert reader.logged_spout_waves(1) == [2, 3]
-    segments.drop_spout_waves(1, [3])
+    segments.drop_spout_waves(1, 3)
     assert reader.logged_spout_waves(1) == []
 
 
@@ -213,5 +213,5 @@ def test_a_segment_cut_short_before_its_first_record_holds_none_and_goes(tmp_pat
     store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
     assert store.logged_spout_waves(1) == []
     assert store.spout_wave(1, 4) == []
-    store.drop_spout_waves(1, [3])
+    store.drop_spout_waves(1, 3)
     assert list(directory.iterdir()) == []

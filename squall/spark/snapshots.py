@@ -87,6 +87,12 @@ def filesystem_of(device: int, mountinfo: str) -> str | None:
     return None
 
 
+def wave_file(name: str) -> int | None:
+    """The wave a spout log file of one wave (``wave-<wave>``) holds; None for any other name."""
+    number = name.removeprefix("wave-")
+    return int(number) if number != name and number.isdigit() else None
+
+
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
 RUN_SUFFIX = re.compile(r"-[0-9a-f]{12}")  # a run's directory is ``<topology name>-<12 hex digits>``
 
@@ -248,18 +254,17 @@ class SnapshotStore:
         self._open_segments[task] = (path, stream)
         return path, stream
 
-    def drop_spout_waves(self, task: int, waves: list[int]) -> None:
-        """A complete snapshot holds the effects of spout task ``task``'s ``waves``: their logs may go. The segment
-        written now is closed, so that the next wave starts a new one; every wave file up to the last of
-        ``waves`` goes, and every segment whose last wave is (one a worker that died left too)."""
+    def drop_spout_waves(self, task: int, through: int) -> None:
+        """A complete snapshot holds the effects of spout task ``task``'s waves up to ``through``: their logs may
+        go. The segment written now is closed, so that the next wave starts a new one; every wave file up to
+        ``through`` goes, and every segment whose last wave is (one a worker that died left too)."""
         if task in self._open_segments:
             self._open_segments.pop(task)[1].close()
-        through = max(waves)
         directory = self._spout_log(task)
         for name in self._children(directory):
             path = f"{directory}/{name}"
-            if name.startswith("wave-") and name[5:].isdigit():
-                gone = int(name[5:]) <= through
+            if (wave := wave_file(name)) is not None:
+                gone = wave <= through
             elif name.startswith(SEGMENT_PREFIX):
                 last = self._last_waves.get(path)
                 if last is None:  # written by a worker that is gone: its records say, and they stay as they are
@@ -313,8 +318,7 @@ class SnapshotStore:
 
     def logged_spout_waves(self, task: int) -> list[int]:
         """The waves of spout task ``task`` whose logs can be read, in order."""
-        names = self._children(self._spout_log(task))
-        files = {int(name[5:]) for name in names if name.startswith("wave-") and name[5:].isdigit()}
+        files = {wave_file(name) for name in self._children(self._spout_log(task))} - {None}
         return sorted(files | set(self._spout_records(task, fresh=True)))
 
     def spout_wave(self, task: int, wave: int) -> list[Batch]:

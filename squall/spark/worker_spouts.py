@@ -255,12 +255,12 @@ class WorkerSpouts:
     def commit(self, wave: int, snapshot: int = 0) -> None:
         self.due += self.gate.handle(WaveCommitted(wave, snapshot))
         self.settle_due()
-        dropped: dict[int, list[int]] = {}
-        while self.logged and self.logged[0][1] <= snapshot:  # a complete snapshot holds their effects
+        dropped: dict[int, int] = {}  # spout task -> the last of its logged waves a complete snapshot holds
+        while self.logged and self.logged[0][1] <= snapshot:  # logged in wave order
             task, logged_wave = self.logged.popleft()
-            dropped.setdefault(task, []).append(logged_wave)
-        for task, waves in dropped.items():
-            self.store.drop_spout_waves(task, waves)
+            dropped[task] = logged_wave
+        for task, through in dropped.items():
+            self.store.drop_spout_waves(task, through)
 
     def release(self, wave: int) -> None:
         self.due += self.gate.handle(CheckpointReleased(wave))
