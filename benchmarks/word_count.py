@@ -18,6 +18,9 @@ The figures a user's topology is judged by:
 - ``squall_acking_on_vs_off_time_ratio``: three pairs of runs, acking on then off, the median pair's ratio;
 - ``squall_half_capacity_complete_latency_p50_ms`` and ``_p99_ms``: the spout paced at half the acked throughput
   for ``--latency-secs`` (30 s), the latency from each sentence's emit to its ``ack`` as the spout sees it;
+  beside it, what that run cost: its waves a second, and the cores and CPU a word its Python workers used
+  (``squall_half_capacity_workers_cores``, ``_cpu_us_per_word``), against ``workers_cpu_us_per_word`` at full
+  speed;
 - ``squall_idle_round_trip_p50_ms``: one sentence every 0.3 s through the otherwise idle topology;
 - ``squall_at_<rate>_sentences_per_second_complete_latency_p50_ms`` and ``_p99_ms`` (``--only latency`` with
   ``--latency-rates``): the same at each rate given.
@@ -302,15 +305,19 @@ def squall_throughput(
         return seconds, run.stats.waves
 
 
-def squall_latency(sentences: list[str], rate: float, conf: dict) -> tuple[float, float]:
-    """Complete latency p50 and p99 (ms) as the spout sees it, at ``rate`` sentences per second, real time."""
+def squall_latency(sentences: list[str], rate: float, conf: dict, load: dict | None = None) -> tuple[float, float]:
+    """Complete latency p50 and p99 (ms) as the spout sees it, at ``rate`` sentences per second, real time. With
+    ``load``, what the run took goes into it: its seconds, waves, and the Python workers' CPU seconds."""
     spout = Sentences(sentences, rate=rate)
+    workers, started = WorkersCpu() if load is not None else None, time.perf_counter()
     with Submitted(conf, topology(spout)) as run:
         deadline = time.monotonic() + len(sentences) / rate * 3 + 120
         stats = run.stats.of("sentences")
         while stats.acked < len(sentences) and time.monotonic() < deadline:
             Submitted.check()
             time.sleep(0.01)
+        if workers is not None:
+            load.update(seconds=time.perf_counter() - started, waves=run.stats.waves, workers=workers.stop())
         return stats.latency_percentile(50), stats.latency_percentile(99)
 
 
@@ -635,11 +642,17 @@ def latency_figures(sentences: list[str], default_secs: float, seconds: float) -
     ``seconds``: as many sentences as that takes, drawn as the others are."""
     rate = len(sentences) / default_secs / 2
     paced = make_sentences(max(1, int(rate * seconds)) * WORDS_PER_SENTENCE, seed=11)
-    p50, p99 = squall_latency(paced, rate, {})
+    load: dict[str, float] = {}
+    p50, p99 = squall_latency(paced, rate, {}, load)
+    words = len(paced) * WORDS_PER_SENTENCE
     print(f"squall_half_capacity_sentences_per_second={rate:.0f}")
     print(f"squall_half_capacity_seconds={len(paced) / rate:.0f}")
     print(f"squall_half_capacity_complete_latency_p50_ms={p50:.1f}")
     print(f"squall_half_capacity_complete_latency_p99_ms={p99:.1f}")
+    # What the paced run cost: against workers_cpu_us_per_word (a run at full speed), and the cores there are.
+    print(f"squall_half_capacity_waves_per_second={load['waves'] / load['seconds']:.0f}")
+    print(f"squall_half_capacity_workers_cores={load['workers'] / load['seconds']:.2f}")
+    print(f"squall_half_capacity_workers_cpu_us_per_word={load['workers'] / words * 1e6:.2f}")
 
 
 if __name__ == "__main__":
