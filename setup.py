@@ -35,7 +35,13 @@ def warn(reason: str) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """All the extensions or none: a module compiled alone may ``cimport`` one that failed (tuple.pxd)."""
+    """All the extensions or none: a module compiled alone may ``cimport`` one that failed (tuple.pxd). They
+    compile on every core unless ``-j`` says otherwise."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         try:
@@ -85,6 +91,7 @@ def extensions() -> list[Extension]:
         ],
         language_level=3,
         quiet=True,
+        nthreads=os.cpu_count() or 1,  # Cython's C for each module, on every core
         # Annotations stay hints for readers: a task id may be a numpy integer, a flag any truthy value.
         compiler_directives={"annotation_typing": False, "binding": True, "embedsignature": True},
     )
