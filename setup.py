@@ -27,6 +27,7 @@ COMPILED = [
     "squall/connectors/kafka/offsets.py",  # a Kafka record's offset, emitted and acked
 ]
 PURE_ENV = "SQUALL_PURE_PYTHON"
+CORES = os.cpu_count() or 1  # Cython's translation and the compiler's jobs run on every core
 BUILD_ERRORS = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
 
 
@@ -41,7 +42,7 @@ class OptionalBuildExt(build_ext):
     def finalize_options(self) -> None:
         super().finalize_options()
         if not self.parallel:
-            self.parallel = os.cpu_count() or 1
+            self.parallel = CORES
 
     def run(self) -> None:
         try:
@@ -91,7 +92,7 @@ def extensions() -> list[Extension]:
         ],
         language_level=3,
         quiet=True,
-        nthreads=os.cpu_count() or 1,  # Cython's C for each module, on every core
+        nthreads=CORES,
         # Annotations stay hints for readers: a task id may be a numpy integer, a flag any truthy value.
         compiler_directives={"annotation_typing": False, "binding": True, "embedsignature": True},
     )

@@ -59,6 +59,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
@@ -136,24 +137,29 @@ def python_processes_cpu() -> dict[int, float]:
 
 
 class WorkersCpu:
-    """The Python workers' CPU seconds over a span: each process is sampled every 0.1 s, so a worker that ends
-    (Spark may stop it when its job does) still counts up to its last sample."""
+    """The Python workers' CPU seconds over a span: with ``sampled``, each process is read every 0.1 s, so a
+    worker that ends (Spark may stop it when its job does) still counts up to its last reading. Without it they
+    are read at the start and at ``stop`` only, for a span whose workers all live to its end, and no thread of
+    this process competes with the driver's meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampled: bool = True) -> None:
         self._first = python_processes_cpu()
         self._last = dict(self._first)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        self.own_seconds = 0.0  # the sampling's CPU, not the driver's
+        self._thread = threading.Thread(target=self._sample, daemon=True) if sampled else None
+        if self._thread is not None:
+            self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(0.1):
             self._last.update(python_processes_cpu())
-        self.own_seconds = time.thread_time()  # the sampling's CPU, not the driver's
+        self.own_seconds = time.thread_time()
 
     def stop(self) -> float:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._last.update(python_processes_cpu())
         return sum(last - self._first.get(pid, 0.0) for pid, last in self._last.items())
 
@@ -310,7 +316,8 @@ def squall_latency(sentences: list[str], rate: float, conf: dict, load: dict | N
     """Complete latency p50 and p99 (ms) as the spout sees it, at ``rate`` sentences per second, real time. With
     ``load``, what the run took goes into it: its seconds, waves, and the Python workers' CPU seconds."""
     spout = Sentences(sentences, rate=rate)
-    workers, started = WorkersCpu() if load is not None else None, time.perf_counter()
+    # The workers live until the run is killed, after they are read: no sampling thread beside the driver's.
+    workers, started = WorkersCpu(sampled=False) if load is not None else None, time.perf_counter()
     with Submitted(conf, topology(spout)) as run:
         deadline = time.monotonic() + len(sentences) / rate * 3 + 120
         stats = run.stats.of("sentences")
@@ -599,17 +606,20 @@ def throughput_figures(sc, sentences: list[str], words: int) -> float:
     run's seconds."""
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
     print(f"pyspark_combining_words_per_second={words / combining:.0f}")
-    carrying: list[float] = []
+    rounds: list[float] = []
     default_secs, unacked_secs = acking_figures(
-        sentences, words, lambda: carrying.append(pyspark_carrying(sc, sentences))
+        sentences, words, lambda: rounds.append(pyspark_carrying(sc, sentences))
     )
-    print(f"pyspark_carrying_words_per_second={words / min(carrying):.0f}")
-    print(f"squall_acked_vs_pyspark_carrying_throughput={min(carrying) / default_secs:.3f}")
-    print(f"squall_unacked_vs_pyspark_carrying_throughput={min(carrying) / unacked_secs:.3f}")
+    carrying = min(rounds)
+    print(f"pyspark_carrying_words_per_second={words / carrying:.0f}")
+    print(f"squall_acked_vs_pyspark_carrying_throughput={carrying / default_secs:.3f}")
+    print(f"squall_unacked_vs_pyspark_carrying_throughput={carrying / unacked_secs:.3f}")
     return default_secs
 
 
-def acking_figures(sentences: list[str], words: int, before_each=None) -> tuple[float, float]:
+def acking_figures(
+    sentences: list[str], words: int, before_each: Callable[[], object] | None = None
+) -> tuple[float, float]:
     """Three pairs of runs, acking on then off, back to back (each after ``before_each()``, if given). Throughput
     is the best run of each; the acking ratio is the median of the three pairs' ratios, so that one run the machine
     slowed or sped does not decide it. Returns the best acked and the best unacked run's seconds."""
