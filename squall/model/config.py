@@ -55,6 +55,11 @@ SQUALL_WORKER_SWITCH_INTERVAL_MS = "squall.worker.switch.interval.ms"
 SQUALL_IDLE_SLEEP_SECS = "squall.idle.sleep.secs"  # LocalCluster's pause when a wave had nothing to do
 SQUALL_IDLE_MAX_SLEEP_SECS = "squall.idle.max.sleep.secs"  # the pause once idle a second, nothing pending
 SQUALL_WAVE_DRY_PAUSE_MS = "squall.wave.dry.pause.ms"  # LocalCluster's pause after a wave whose spouts ran dry
+# A wave whose spouts had less than its calls allowed stays open this long, its spouts called again at idle moments
+# (0: never open): squall/spark/open_wave.py
+SQUALL_WAVE_OPEN_MS = "squall.wave.open.ms"
+SQUALL_WAVE_OPEN_CALL_MS = "squall.wave.open.call.ms"  # how often the spouts of an open wave are called
+SQUALL_WAVE_OPEN_DRY_MS = "squall.wave.open.dry.ms"  # an open wave ends when its spouts emit nothing this long
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
@@ -121,6 +126,9 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_IDLE_SLEEP_SECS: 0.05,
     SQUALL_IDLE_MAX_SLEEP_SECS: 0.25,
     SQUALL_WAVE_DRY_PAUSE_MS: 2.0,
+    SQUALL_WAVE_OPEN_MS: 50.0,
+    SQUALL_WAVE_OPEN_CALL_MS: 4.0,
+    SQUALL_WAVE_OPEN_DRY_MS: 10.0,
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
@@ -281,6 +289,9 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_IDLE_SLEEP_SECS: _positive_number,
     SQUALL_IDLE_MAX_SLEEP_SECS: _positive_number,
     SQUALL_WAVE_DRY_PAUSE_MS: _non_negative_number,
+    SQUALL_WAVE_OPEN_MS: _non_negative_number,
+    SQUALL_WAVE_OPEN_CALL_MS: _positive_number,
+    SQUALL_WAVE_OPEN_DRY_MS: _positive_number,
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,

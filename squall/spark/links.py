@@ -38,6 +38,9 @@ PEER = 0  # the header's destination field on a peer link: the receiving worker 
 ACCEPT_PAUSE_SECS = 1.0  # after accepting failed (out of file descriptors)
 
 
+NOTHING = object()  # what ``Inbox.get`` returns when nothing came in time
+
+
 class Inbox:
     """What a worker is sent, from every connection, in one queue; ``None`` means the driver went away.
     ``buffered`` is the bytes of the frames received and not yet taken."""
@@ -67,9 +70,13 @@ class Inbox:
             peak, self._peak = self._peak, self.buffered
         return peak
 
-    def get(self) -> Any:
-        """The next message, unpickled here if its frame came ``Verified`` (a peer's link)."""
-        message, size = self._queue.get()
+    def get(self, timeout: float | None = None) -> Any:
+        """The next message, unpickled here if its frame came ``Verified`` (a peer's link); ``NOTHING`` if none
+        came within ``timeout`` seconds, when one is given."""
+        try:
+            message, size = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return NOTHING
         if size:
             with self._lock:
                 self.buffered -= size

@@ -39,6 +39,7 @@ import os
 import pickle
 import re
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -88,9 +89,18 @@ def filesystem_of(device: int, mountinfo: str) -> str | None:
 
 
 def wave_file(name: str) -> int | None:
-    """The wave a spout log file of one wave (``wave-<wave>``) holds; None for any other name."""
+    """The wave a spout log file of one wave's emits (``wave-<wave>``, or ``wave-<wave>.<part>`` for those after
+    its first) holds; None for any other name."""
+    return wave_part(name)[0]
+
+
+def wave_part(name: str) -> tuple[int | None, int]:
+    """``(wave, part)`` of a spout log file's name (``wave_file``); ``(None, 0)`` for any other name."""
     number = name.removeprefix("wave-")
-    return int(number) if number != name and number.isdigit() else None
+    wave, _, part = number.partition(".")
+    if number == name or not wave.isdigit() or (part and not part.isdigit()):
+        return None, 0
+    return int(wave), int(part or 0)
 
 
 SNAPSHOT_SHARE = 0.01  # interval snapshots take at most this share of a worker's time
@@ -172,7 +182,8 @@ class SnapshotStore:
         self.segments = isinstance(self.filesystem, pafs.LocalFileSystem) and on_host_disk(self.base)
         self._open_segments: dict[int, tuple[str, pafs.NativeFile]] = {}  # spout task -> the segment written now
         self._last_waves: dict[str, int] = {}  # segment written here -> the last wave it holds
-        self._records: dict[int, dict[int, memoryview]] = {}  # spout task -> wave -> its pickled batches, read
+        self._records: dict[int, dict[int, list[memoryview]]] = {}  # spout task -> wave -> its parts' batches
+        self._file_parts: dict[int, tuple[int, int]] = {}  # spout task -> (wave, part) of its last wave file
 
     # -- files ------------------------------------------------------------------------------
     def _write(self, path: str, data: bytes, sealed: bool = True) -> None:
@@ -225,10 +236,14 @@ class SnapshotStore:
         return f"{self.base}/spout-log/task-{task}"
 
     def log_spout_wave(self, task: int, wave: int, blob: bytes) -> None:
-        """Write what spout task ``task`` emitted in ``wave``: ``pickle_spout_wave`` of its batches. It is in the
-        kernel's hands when this returns, so it outlives this worker's process."""
+        """Write what spout task ``task`` emitted in ``wave``, or in a part of it (an open wave's emits leave in
+        parts, each logged in turn): ``pickle_spout_wave`` of its batches. It is in the kernel's hands when this
+        returns, so it outlives this worker's process."""
         if not self.segments:
-            self._write(f"{self._spout_log(task)}/wave-{wave}", blob)
+            last_wave, part = self._file_parts.get(task, (None, 0))
+            part = part + 1 if last_wave == wave else 0
+            self._file_parts[task] = (wave, part)
+            self._write(f"{self._spout_log(task)}/wave-{wave}" + (f".{part}" if part else ""), blob)
             return
         path, stream = self._open_segments.get(task) or self._new_segment(task, wave)
         sealed = self.sealer.seal(SEALED_RECORD.pack(task, wave) + blob)
@@ -244,7 +259,8 @@ class SnapshotStore:
     def _new_segment(self, task: int, wave: int) -> tuple[str, pafs.NativeFile]:
         directory = self._spout_log(task)
         self.filesystem.create_dir(directory, recursive=True)
-        path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{uuid.uuid4().hex[:12]}"
+        # Named in the order written: a wave's parts may span two segments (a snapshot completed in between).
+        path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
         stream = self.filesystem.open_output_stream(path)
         try:
             stream.write(SEGMENT_MAGIC)
@@ -303,16 +319,17 @@ class SnapshotStore:
             yield wave, data[SEALED_RECORD.size :]
             at += size
 
-    def _spout_records(self, task: int, fresh: bool = False) -> dict[int, memoryview]:
-        """Wave -> its pickled batches, from every segment of spout task ``task``: read once, and again when
-        ``fresh`` (another worker may have written since)."""
+    def _spout_records(self, task: int, fresh: bool = False) -> dict[int, list[memoryview]]:
+        """Wave -> its parts' pickled batches in the order written, from every segment of spout task ``task``:
+        read once, and again when ``fresh`` (another worker may have written since)."""
         records = None if fresh else self._records.get(task)
         if records is None:
             records = {}
             directory = self._spout_log(task)
             for name in sorted(self._children(directory)):
                 if name.startswith(SEGMENT_PREFIX):
-                    records.update(self._read_segment(task, f"{directory}/{name}"))
+                    for wave, part in self._read_segment(task, f"{directory}/{name}"):
+                        records.setdefault(wave, []).append(part)
             self._records[task] = records
         return records
 
@@ -328,11 +345,16 @@ class SnapshotStore:
         if wave not in records:
             records = self._spout_records(task, fresh=True)
         if wave in records:
-            return pickle.loads(records[wave])
-        try:
-            return pickle.loads(self._read(f"{self._spout_log(task)}/wave-{wave}"))
-        except FileNotFoundError:
-            return []
+            return [batch for part in records[wave] for batch in pickle.loads(part)]
+        directory = self._spout_log(task)
+        parts = sorted((part, name) for name in self._children(directory) for w, part in [wave_part(name)] if w == wave)
+        batches: list[Batch] = []
+        for _, name in parts:
+            try:
+                batches += pickle.loads(self._read(f"{directory}/{name}"))
+            except FileNotFoundError:
+                break
+        return batches
 
     def close(self) -> None:
         """Close the segments this store writes (a new wave opens a new one), and forget what it read."""

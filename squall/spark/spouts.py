@@ -200,6 +200,7 @@ class SpoutHost:
         self._immediate_acks: list[tuple[int, Any]] = []
         self.emits = 0
         self._emitted: dict[int, int] = {}  # spout task -> its emits not yet in its stats (``count_emits``)
+        self.wave_emits: dict[int, int] = {}  # spout task -> its emits in the wave open now (``begin_wave``)
         self.active = True  # deactivated, the spouts are not asked for tuples
         self._wanted_active = True  # as asked from any thread; applied on the run's own thread
         self.tasks = [
@@ -303,19 +304,27 @@ class SpoutHost:
                 self.error(s.component, s.task, "open() raised", exc, uncaught=False)  # a setup error, not a streak
                 raise TaskSetupError(s.component, s.task, "open() raised", exc) from exc
 
+    def begin_wave(self) -> None:
+        """A wave opens: each task's emits in it count from zero (``call``)."""
+        self.wave_emits = {}
+
     def call(self, emits_per_task: int) -> int:
-        """``next_tuple`` on each spout task until it has emitted ``emits_per_task`` tuples, reached its pending
-        budget, or emitted nothing in a call; returns the emits. Before each call the task's collector says how
-        many tuples it may still emit (``emit_budget``), for spouts that emit in bulk."""
+        """``next_tuple`` on each spout task until it has emitted ``emits_per_task`` tuples in the open wave
+        (``begin_wave``), reached its pending budget, or emitted nothing in a call; returns the emits. Before each
+        call the task's collector says how many tuples it may still emit (``emit_budget``), for spouts that emit in
+        bulk."""
         self.open()
         before = self.emits
         self._now = self._clock.reader()
         self.apply_activation()
         per_task = self.trees.per_task if self.trees is not None else None
         bounded = per_task is not None and self._max_pending is not None
+        wave_emits = self.wave_emits
         for s in self.tasks if self.active else ():
-            collector, next_tuple, left = s.collector, s.spout.next_tuple, emits_per_task
+            collector, next_tuple = s.collector, s.spout.next_tuple
+            left = emits_per_task - wave_emits.get(s.task, 0)
             streak = self._streaks[s.task]
+            started = self.emits
             while left > 0:
                 budget = min(left, self._max_pending - per_task[s.task]) if bounded else left
                 if budget <= 0:
@@ -334,6 +343,8 @@ class SpoutHost:
                 if streak.count:  # an emit is the task's progress
                     streak.progressed()
                 left -= self.emits - emitted
+            if self.emits != started:
+                wave_emits[s.task] = wave_emits.get(s.task, 0) + self.emits - started
         acks, self._immediate_acks = self._immediate_acks, []
         if acks:
             tasks = [task for task, _ in acks]

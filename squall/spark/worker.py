@@ -56,8 +56,9 @@ from squall.security.sealing import BlobSealer
 from squall.spark.bolt_task import LIVE, UNSAVED, BoltTask, forget_other_runs, keep_live, start_task
 from squall.spark.execution import execute_batch
 from squall.spark.failures import TaskSetupError
-from squall.spark.links import Inbox, PeerLinks, PeerListener
+from squall.spark.links import NOTHING, Inbox, PeerLinks, PeerListener
 from squall.spark.load import TaskWeights
+from squall.spark.open_wave import CallSpouts, EndSpoutPart
 from squall.spark.protocol import (
     DRIVER,
     FINAL_REPORT,
@@ -157,10 +158,20 @@ class Worker:
                     self._ship_early()
                     if local:
                         continue
-                if self.spouts is not None and self.spouts.unsettled and inbox.empty():  # then logs, and acks
-                    self.spouts.settle_due()
+                spouts = self.spouts
+                if spouts is not None and spouts.unsettled and inbox.empty():  # then logs, and acks
+                    spouts.settle_due()
                     continue
-                message = receive()
+                due = spouts.open_due(time.monotonic()) if spouts is not None and inbox.empty() else None
+                if isinstance(due, CallSpouts):  # an open wave: its spouts called again, their emits leave
+                    spouts.call_again(self._send)
+                    continue
+                if isinstance(due, EndSpoutPart):
+                    self._end_open_wave()
+                    continue
+                message = receive(max(0.0, due.when - time.monotonic())) if due is not None else receive()
+                if message is NOTHING:
+                    continue
             if message is None:
                 return
             if isinstance(message, Stop):
@@ -246,7 +257,13 @@ class Worker:
         for task in message.markers:
             self._deliver(Batch(message.generation, message.wave, DRIVER, "", DRIVER, task, last=True))
         if self.spouts is not None and self.spouts.spout_tasks:  # a worker with acker tasks only has no calls
-            self._report(message.wave, self.spouts.run_wave(message, self.index, self._send))
+            report = self.spouts.run_wave(message, self.index, self._send)
+            if report is not None:  # else its spout part stays open, or waits for the open one
+                self._report(message.wave, report)
+
+    def _end_open_wave(self) -> None:
+        for report in self.spouts.end_open(self.index, self._send):
+            self._report(report.wave, report)
 
     def _assign(self, message: Assign) -> None:
         """(Re)start the tasks here from the snapshots of wave ``base_wave``; everything older is dropped."""

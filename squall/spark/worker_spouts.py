@@ -38,6 +38,7 @@ Storm's "acker task dies" case. Nothing acknowledged is lost.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
@@ -45,6 +46,7 @@ from squall.model.topology import Topology
 from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
 from squall.reliability.acks import AckBatch
 from squall.spark.load import TaskWeights
+from squall.spark.open_wave import CallSpouts, EndSpoutPart, OpenWave, WaitUntil, open_wave_settings
 from squall.spark.protocol import (
     AckerInput,
     Batch,
@@ -127,6 +129,10 @@ class WorkerSpouts:
         )
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
+        self.open_wave = OpenWave(open_wave_settings(conf))  # when the spouts are called between waves
+        self.opened: WaveInput | None = None  # the wave whose spout part is open
+        self.waiting: list[WaveInput] = []  # waves whose spout part waits for the open one to end
+        self.wave_emits = 0  # the emits of the wave being called
 
     @property
     def unsettled(self) -> bool:
@@ -154,15 +160,22 @@ class WorkerSpouts:
         are withdrawn from the trees still pending, which the run again's acks complete; the trees acked already
         stay acked, the restarted tasks' state holding what their tuples did (``AckGate``)."""
         self.settle_due()
+        self.opened, self.waiting = None, []  # the waves they were run again, from the logs
+        self.open_wave.ended()
         for withdrawn in self.gate.restarted(bolt_tasks, applied, snapshot):
             acks = AckBatch.combine(withdrawn.acks)
             if self.trees is not None and len(acks):
                 self.host.settle(self.trees.withdraw_acks(acks))
 
     # -- a wave's spout calls ----------------------------------------------------------
-    def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
+    def run_wave(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport | None:
         """The wave's spout calls (or, for a replayed wave, what the spout tasks logged for it); its batches go
-        out through ``send``."""
+        out through ``send``. Returns the wave's report once the spout tasks' part of it ended; None while it stays
+        open (``squall/spark/open_wave.py``): the worker then carries out ``open_due`` at its idle moments. A wave that
+        comes while another is open waits for it to end (``ended``)."""
+        if self.opened is not None:
+            self.waiting.append(message)
+            return None
         self.settle_due()
         use_simulated_time(message.simulated_now)
         if message.replay:
@@ -173,13 +186,73 @@ class WorkerSpouts:
         self.host.set_active(message.active)
         if self.trees is not None:
             self.trees.wave = message.wave
-        emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
+        self.host.begin_wave()
+        self.wave_emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
         by_source = self.host.take_wave()
-        self._send_wave(message, by_source, send)
+        if not self.open_wave.burst(time.monotonic(), self.wave_emits, self._spent(message), self.host.active):
+            return self._end(message, worker, by_source, send)
+        self._send_part(message, by_source, send)
+        self.opened = message
+        return None
+
+    def open_due(self, now: float) -> CallSpouts | EndSpoutPart | WaitUntil | None:
+        """What the open wave's spout part needs at an idle moment of the worker (None: no wave is open)."""
+        return self.open_wave.due(now) if self.opened is not None else None
+
+    def call_again(self, send: Callable[[Batch], None]) -> None:
+        """More spout calls into the open wave; what they emit leaves at once."""
+        message = self.opened
+        self.settle_due()
+        use_simulated_time(message.simulated_now)
+        emits = self.host.call(message.spout_calls)
+        self.wave_emits += emits
+        if emits:
+            self._send_part(message, self.host.take_wave(), send)
+        self.open_wave.called(time.monotonic(), emits, self._spent(message))
+
+    def end_open(self, worker: int, send: Callable[[Batch], None]) -> list[SpoutReport]:
+        """The open wave's spout part ends: its ``last`` batches leave and its report is made; the waves that
+        waited for it run in turn (a replayed one at once, another possibly staying open). Their reports."""
+        message, self.opened = self.opened, None
+        self.open_wave.ended()
+        self.settle_due()
+        reports = [self._end(message, worker, {}, send)]
+        while self.waiting and self.opened is None:
+            report = self.run_wave(self.waiting.pop(0), worker, send)
+            if report is not None:
+                reports.append(report)
+        return reports
+
+    def _spent(self, message: WaveInput) -> bool:
+        """Every spout task here made all the emits the wave allows it."""
+        calls, emitted = message.spout_calls, self.host.wave_emits
+        return all(emitted.get(s.task, 0) >= calls for s in self.host.tasks)
+
+    def _send_part(
+        self, message: WaveInput, by_source: dict[int, dict[int, Batch]], send: Callable[[Batch], None]
+    ) -> None:
+        """Emits of the open wave before its end: they leave at once (``last`` comes at the end)."""
+        for task, batches in by_source.items():
+            for batch in batches.values():
+                batch.generation, batch.wave, batch.producer = message.generation, message.wave, task
+                send(batch)
+        self._after_send(message, by_source)
+
+    def _after_send(self, message: WaveInput, by_source: dict[int, dict[int, Batch]]) -> None:
+        """Once batches left: their trees' inits to the ackers here, and their record for the spout's log."""
         self.host.merge_inits()  # after the batches left, before any ack is taken here
         if self.store is not None:  # pickled before the bolts here see the values; written when idle
             for task, batches in by_source.items():
-                self.unlogged.append((task, message.wave, pickle_spout_wave(list(batches.values()))))
+                if batches:
+                    self.unlogged.append((task, message.wave, pickle_spout_wave(list(batches.values()))))
+
+    def _end(
+        self, message: WaveInput, worker: int, by_source: dict[int, dict[int, Batch]], send: Callable[[Batch], None]
+    ) -> SpoutReport:
+        """The spout part of ``message``'s wave ends with ``by_source``: ``last`` batches to every reader."""
+        self._send_wave(message, by_source, send)
+        self._after_send(message, by_source)
+        emits, self.wave_emits = self.wave_emits, 0
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
         ackers, captured = self.take_ackers(), self.host.take_captured()
@@ -188,10 +261,17 @@ class WorkerSpouts:
         )
 
     def _replay(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
-        by_source: dict[int, dict[int, Batch]] = {}
+        """A wave run again: each spout task's logged batches, in the order they first went out, then ``last``."""
         for s in self.host.tasks:
-            by_source[s.task] = {batch.target: batch for batch in self.store.spout_wave(s.task, message.wave)}
-        self._send_wave(message, by_source, send)
+            for batch in self.store.spout_wave(s.task, message.wave):
+                batch.generation, batch.wave, batch.producer, batch.last = (
+                    message.generation,
+                    message.wave,
+                    s.task,
+                    False,
+                )
+                send(batch)
+        self._send_wave(message, {}, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
         return SpoutReport(message.generation, message.wave, worker, statuses, pending, 0, self.take_ackers())
