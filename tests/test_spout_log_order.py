@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from squall import BasicBolt, Spout, TopologyBuilder
 from squall.reliability.acks import AckBatch
@@ -215,3 +216,51 @@ def test_a_segment_cut_short_before_its_first_record_holds_none_and_goes(tmp_pat
     assert store.spout_wave(1, 4) == []
     store.drop_spout_waves(1, 3)
     assert list(directory.iterdir()) == []
+
+
+def part_of(wave: int, *values: int) -> bytes:
+    """One part of a spout task's log of ``wave``: one batch with a row ``(v,)`` for each of ``values``."""
+    batch = Batch(0, wave, 1, "numbers", 1, 2)
+    for v in values:
+        batch.add("default", (v,), 5, 9)
+    return pickle_spout_wave([batch])
+
+
+@pytest.mark.parametrize("segments", [True, False])
+def test_an_open_waves_parts_are_read_back_in_the_order_written_and_go_together(tmp_path, segments):
+    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
+    store.segments = segments  # appended to a segment (a disk of the host) or a file a part (a network mount)
+    store.log_spout_wave(1, 1, part_of(1, 10, 11))
+    store.log_spout_wave(1, 1, part_of(1, 12))
+    store.log_spout_wave(1, 1, part_of(1, 13))
+    store.log_spout_wave(1, 2, part_of(2, 20))
+    assert rows(store.spout_wave(1, 1)) == [
+        [("default", (10,)), ("default", (11,))],
+        [("default", (12,))],
+        [("default", (13,))],
+    ]
+    assert store.logged_spout_waves(1) == [1, 2]
+
+    store.drop_spout_waves(1, 1)  # a snapshot that holds wave 1: every part of it goes, wave 2 stays
+    store.log_spout_wave(1, 3, part_of(3, 30))
+    store.log_spout_wave(1, 3, part_of(3, 31))
+    reader = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))  # the worker that runs the spout task after a loss
+    reader.segments = segments
+    # A segment goes once its last wave is held (wave 1's shares one with wave 2); a file as soon as its own is.
+    assert reader.logged_spout_waves(1) == ([1, 2, 3] if segments else [2, 3])
+    assert rows(reader.spout_wave(1, 2)) == [[("default", (20,))]]
+    assert rows(reader.spout_wave(1, 3)) == [[("default", (30,))], [("default", (31,))]]
+
+
+def test_a_waves_parts_on_both_sides_of_a_completed_snapshot_are_read_in_order(tmp_path):
+    """A snapshot completed while wave 4 was open: its segment closed between two of wave 4's parts, and the
+    next part went to a new segment that begins with the same wave."""
+    store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
+    store.log_spout_wave(1, 4, part_of(4, 1))
+    store.drop_spout_waves(1, 3)
+    store.log_spout_wave(1, 4, part_of(4, 2))
+    store.drop_spout_waves(1, 3)
+    store.log_spout_wave(1, 4, part_of(4, 3))
+    assert len(list((tmp_path / RUN / "spout-log").glob("task-1/segment-*"))) == 3
+    reader = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
+    assert rows(reader.spout_wave(1, 4)) == [[("default", (1,))], [("default", (2,))], [("default", (3,))]]

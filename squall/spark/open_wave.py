@@ -89,11 +89,12 @@ class OpenWave:
 
     def due(self, now: float) -> CallSpouts | EndSpoutPart | WaitUntil:
         """What to do at an idle moment of the worker, the part being open."""
-        if now >= self._ends_at or now - self._last_emit_at >= self.settings.dry_secs:
+        dry_at = self._last_emit_at + self.settings.dry_secs
+        if now >= self._ends_at or now >= dry_at:
             return END_SPOUT_PART
         if now >= self._next_call_at:
             return CALL_SPOUTS
-        return WaitUntil(min(self._next_call_at, self._ends_at, self._last_emit_at + self.settings.dry_secs))
+        return WaitUntil(min(self._next_call_at, self._ends_at, dry_at))
 
     def called(self, now: float, emits: int, spent: bool) -> bool:
         """A ``CallSpouts`` made ``emits``. Whether the part stays open (else it ends now: its calls are spent)."""

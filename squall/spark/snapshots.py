@@ -184,6 +184,7 @@ class SnapshotStore:
         self._last_waves: dict[str, int] = {}  # segment written here -> the last wave it holds
         self._records: dict[int, dict[int, list[memoryview]]] = {}  # spout task -> wave -> its parts' batches
         self._file_parts: dict[int, tuple[int, int]] = {}  # spout task -> (wave, part) of its last wave file
+        self._segment_clock = 0  # nanoseconds in the name of the segment made last: later ones sort after it
 
     # -- files ------------------------------------------------------------------------------
     def _write(self, path: str, data: bytes, sealed: bool = True) -> None:
@@ -260,7 +261,8 @@ class SnapshotStore:
         directory = self._spout_log(task)
         self.filesystem.create_dir(directory, recursive=True)
         # Named in the order written: a wave's parts may span two segments (a snapshot completed in between).
-        path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+        self._segment_clock = max(self._segment_clock + 1, time.time_ns())
+        path = f"{directory}/{SEGMENT_PREFIX}{wave:012d}-{self._segment_clock:020d}-{uuid.uuid4().hex[:12]}"
         stream = self.filesystem.open_output_stream(path)
         try:
             stream.write(SEGMENT_MAGIC)
