@@ -47,8 +47,9 @@ class SpoutOutputCollector(Protocol):
 
     Use it from the spout's own methods, on the task's thread: it is not thread-safe. Emit from ``next_tuple``.
     An emit with a ``msg_id`` starts a tuple tree that ends in one ``ack(msg_id)`` or ``fail(msg_id)`` on this
-    task; one without is not tracked. What the task emits in a wave leaves once the wave's spout calls are done,
-    to each target task in emission order. An emit that does not match the declared stream and fields raises
+    task; one without is not tracked. What the task emits leaves when the run's round of ``next_tuple`` calls it
+    came from ends (a wave's first calls, or the calls made at the worker's idle moments while that wave is
+    open), to each target task in emission order. An emit that does not match the declared stream and fields raises
     ``EmitError``, and a value that cannot be pickled ``SerializationError``, each naming the component, the
     stream and what is wrong.
     """
@@ -174,21 +175,25 @@ class Spout:
     def next_tuple(self) -> None:
         """Emit the next tuples through the collector, or return at once if there are none; never wait.
 
-        Called repeatedly in each wave, until the task has emitted its share of the wave, has
-        ``topology.max.spout.pending`` trees pending, or emits nothing in a call; not called while the spout is
-        deactivated. A call may emit any number of tuples; ``collector.emit_budget`` says how many it may still
-        emit. What it raises is logged and counted, and the task is asked again in the next wave; the same error
+        Called repeatedly when a wave starts, until the task has emitted its share of the wave, has
+        ``topology.max.spout.pending`` trees pending, or emits nothing in a call. When it ran dry before its share
+        was emitted, the wave stays open (``squall.wave.open.ms``, 50) and the calls go on the same way every
+        ``squall.wave.open.call.ms`` (4) whenever the worker has nothing else to do, until the share is emitted, the
+        time is up, or it has emitted nothing for ``squall.wave.open.dry.ms`` (10): a message the source gets
+        between waves is read within a few milliseconds. Not called while the spout is deactivated. A call may emit
+        any number of tuples; ``collector.emit_budget`` says how many it may still emit. What it raises is logged
+        and counted, and the task is asked again at its next round of calls; the same error
         ``squall.max.repeated.errors`` times in a row with no emit in between stops the topology.
         """
 
     def ack(self, msg_id: Any) -> None:
         """The tuple tree of ``msg_id`` completed: every tuple in it was acked.
 
-        Acks are applied per wave, so this comes a wave or more after the emit: once the wave that acked the
-        tree's last tuple has completed, and, for a tree that went through a ``StatefulBolt``, once the
-        checkpoint holding that bolt's state is complete. With ``topology.acker.executors`` 0, or when no bolt
-        reads the stream, it comes at once, after the wave's ``next_tuple`` calls. Called between ``next_tuple``
-        calls, on the same thread. What it raises is logged and counted.
+        It comes as soon as the tree's last tuple was acked and the acks reached the acker task, which runs in
+        this task's process: without waiting for the wave to end. For a tree that went through a
+        ``StatefulBolt``, it waits for the checkpoint holding that bolt's state. With ``topology.acker.executors``
+        0, or when no bolt reads the stream, it comes at once, after the ``next_tuple`` calls that emitted it.
+        Called between ``next_tuple`` calls, on the same thread. What it raises is logged and counted.
         """
 
     def fail(self, msg_id: Any) -> None:
@@ -198,7 +203,7 @@ class Spout:
         (between one and two ``topology.message.timeout.secs`` after the emit, unless a bolt called
         ``reset_timeout``); under ``LocalCluster`` and ``squall run``, when the run restarts its workers after
         one was lost (the trees pending on the task fail back); and when a kill with a wait ends with trees
-        still pending. An explicit fail arrives as an ack does, once its wave has completed. Called between
+        still pending. An explicit fail arrives as an ack does. Called between
         ``next_tuple`` calls, on the same thread. To replay, keep the message and emit it again from
         ``next_tuple``, where the budgets are counted. What it raises is logged and counted.
         """

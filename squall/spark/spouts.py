@@ -65,8 +65,9 @@ class SpoutOutputCollector:
 
     Use it from the spout's own methods, on the task's thread: it is not thread-safe. Emit from ``next_tuple``,
     where the budgets below are counted. An emit with a ``msg_id`` starts a tuple tree that ends in one
-    ``ack(msg_id)`` or ``fail(msg_id)`` on this task; one without is not tracked. What the task emits in a wave
-    leaves once the wave's spout calls are done, to each target task in emission order. An emit that does not
+    ``ack(msg_id)`` or ``fail(msg_id)`` on this task; one without is not tracked. What the task emits leaves when
+    the round of calls it came from ends (a wave's first calls, or those of its open part), to each target task
+    in emission order. An emit that does not
     match the declared stream and fields raises ``EmitError``, and a value that cannot be pickled
     ``SerializationError``, each naming the component, the stream and what is wrong.
 

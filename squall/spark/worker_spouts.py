@@ -11,9 +11,12 @@ Each wave, when its ``WaveInput`` arrives:
 
 1. the timeout rotations due expire trees (``fail``, reason timeout);
 2. ``next_tuple`` is called on each spout task here, within its ``topology.max.spout.pending`` budget and the
-   wave's calls;
-3. the emits leave, straight to the workers of their target tasks, each spout task ending its part of the wave
-   with a ``last`` batch to every task that reads it, and a ``SpoutReport`` goes to the driver.
+   wave's calls (the burst), and the emits leave, straight to the workers of their target tasks;
+3. when the spouts ran dry before the wave's calls were spent, the wave stays open: they are called again at the
+   worker's idle moments and what they emit leaves at once, until ``squall/spark/open_wave.py`` says the part
+   ends (a wave that arrives meanwhile waits for it);
+4. each spout task ends its part of the wave with a ``last`` batch to every task that reads it, and a
+   ``SpoutReport`` goes to the driver.
 
 A tree's root is drawn so that its acker task is on this worker: its init goes to its ``Acker`` here, and
 its settlement (``ack`` or ``fail`` on the spout task) never leaves the process. The bolt tasks send their acks
@@ -27,7 +30,8 @@ stateful task's come at the end of its wave and wait for the checkpoint that hol
 When the run starts again after a worker was lost, every task restarts from the last complete snapshot and every
 wave sent since it runs again from the spout tasks' logs, so the tasks' state holds every tree acked before the
 loss, and the trees still pending are completed by the acks of the run again (``AckGate``). A wave's emits are
-pickled for the log as they leave, and the log is written after them, when the worker is next idle, and at the
+pickled for the log as they leave (a record for the burst and one for each part after it), and the log is
+written after them, when the worker is next idle, and at the
 latest before any tree is acked or failed here or any message from the driver is taken: writing it is not on
 their way, and no tree is acked whose wave a run again would not hold. Acks the gate lets through are applied
 then too, all those that came since the last idle moment in one merge. A spout task whose worker was lost (and
