@@ -18,7 +18,14 @@ from squall.reliability.acks import AckBatch
 from squall.security import BlobSealer
 from squall.spark.protocol import AckerInput, Batch, RunSettings, WaveInput
 from squall.spark.shipping import shipped_here
-from squall.spark.snapshots import SEGMENT_MAGIC, SnapshotStore, filesystem_of, on_host_disk, pickle_spout_wave
+from squall.spark.snapshots import (
+    SEGMENT_MAGIC,
+    SnapshotStore,
+    filesystem_of,
+    on_host_disk,
+    pickle_spout_wave,
+    wave_part,
+)
 from squall.spark.worker_spouts import WorkerSpouts
 
 RUN = "logged-0123456789ab"
@@ -171,6 +178,12 @@ MOUNTINFO = """22 27 0:21 / /proc rw,relatime - proc proc rw
 31 27 0:52 / /checkpoints rw,relatime - nfs4 server:/export rw,vers=4.2
 32 31 8:17 / /checkpoints/local rw,relatime - xfs /dev/sdb1 rw
 """
+
+
+def test_a_wave_files_name_says_its_wave_and_part():
+    assert [wave_part(name) for name in ("wave-7", "wave-7.1", "wave-7.12")] == [(7, 0), (7, 1), (7, 12)]
+    for other in ("wave-7.", "wave-7.0", "wave-7.x", "wave-", "segment-000000000007-1-ab", "wave-7.1.2"):
+        assert wave_part(other) == (None, 0), other
 
 
 def test_segments_only_on_a_disk_of_the_host_itself(tmp_path):

@@ -10,8 +10,8 @@ made) when:
 
 * the wave's calls are spent (the spouts have more than a wave holds: the next one takes over at once);
 * it has been open ``squall.wave.open.ms``;
-* the spouts emitted nothing for ``squall.wave.open.dry.ms``: the flow stopped, and the topology may be going
-  idle, which the driver learns only from waves that complete;
+* the spouts emitted nothing for ``squall.wave.open.dry.ms`` (at least two calls' time): the flow stopped, and
+  the topology may be going idle, which the driver learns only from waves that complete;
 * the burst emitted nothing at all (there is no flow to keep open), the spouts are deactivated, or
   ``squall.wave.open.ms`` is 0.
 
@@ -66,7 +66,9 @@ def open_wave_settings(conf: dict) -> OpenWaveSettings:
         value = conf.get(key)
         return float(DEFAULTS[key] if value is None else value) / 1000.0
 
-    return OpenWaveSettings(secs(SQUALL_WAVE_OPEN_MS), secs(SQUALL_WAVE_OPEN_CALL_MS), secs(SQUALL_WAVE_OPEN_DRY_MS))
+    call = secs(SQUALL_WAVE_OPEN_CALL_MS)
+    # A part that may not go without an emit for two calls would end before the spouts were asked twice.
+    return OpenWaveSettings(secs(SQUALL_WAVE_OPEN_MS), call, max(secs(SQUALL_WAVE_OPEN_DRY_MS), 2 * call))
 
 
 class OpenWave:
@@ -90,7 +92,7 @@ class OpenWave:
     def due(self, now: float) -> CallSpouts | EndSpoutPart | WaitUntil:
         """What to do at an idle moment of the worker, the part being open."""
         dry_at = self._last_emit_at + self.settings.dry_secs
-        if now >= self._ends_at or now >= dry_at:
+        if not self.is_open or now >= self._ends_at or now >= dry_at:  # spent, or its time is up
             return END_SPOUT_PART
         if now >= self._next_call_at:
             return CALL_SPOUTS

@@ -9,9 +9,10 @@ When spouts run on the workers (``LocalCluster``, ``squall run``), the driver ho
   ``<dir>/<run>/snapshots/<wave>/task-<task>`` and reports only that it did;
 * every spout task logs what it emitted in each wave under ``<dir>/<run>/spout-log/task-<task>/``, the input a
   restarted run replays: on a disk of the worker's own host appended to a segment file
-  (``segment-<first wave>-<token>``), one sealed record a wave, since creating a file costs a wave far more
-  than appending to one; on a network mount or an object store one file a wave (``wave-<wave>``), closed
-  before any tree of the wave can be acked;
+  (``segment-<first wave>-<time made>-<token>``), one sealed record for a wave's first calls and one for each
+  part of it while it is open, since creating a file costs far more than appending to one; on a network mount
+  or an object store one file for each (``wave-<wave>``, then ``wave-<wave>.<part>``), closed before any tree
+  of it can be acked;
 * when every task has reported a snapshot wave, the driver records it as the last complete snapshot
   (``<dir>/<run>/snapshots/COMPLETE``) and removes the snapshots no longer needed; its next ``Commit`` tells
   the spout tasks, which remove their logs up to it.
@@ -98,8 +99,8 @@ def wave_part(name: str) -> tuple[int | None, int]:
     """``(wave, part)`` of a spout log file's name (``wave_file``); ``(None, 0)`` for any other name."""
     number = name.removeprefix("wave-")
     wave, _, part = number.partition(".")
-    if number == name or not wave.isdigit() or (part and not part.isdigit()):
-        return None, 0
+    if number == name or not wave.isdigit() or (_ and not (part.isdigit() and int(part) > 0)):
+        return None, 0  # a part after the first is numbered from 1: ``wave-<n>.`` and ``wave-<n>.0`` are no names
     return int(wave), int(part or 0)
 
 
@@ -251,7 +252,7 @@ class SnapshotStore:
         try:
             stream.write(RECORD_HEADER.pack(wave, len(sealed)) + sealed)
             stream.flush()
-        except BaseException:  # a record cut short ends its segment: the next wave starts a new one
+        except BaseException:  # a record cut short ends its segment: the next record starts a new one
             del self._open_segments[task]
             stream.close()
             raise
@@ -274,7 +275,7 @@ class SnapshotStore:
 
     def drop_spout_waves(self, task: int, through: int) -> None:
         """A complete snapshot holds the effects of spout task ``task``'s waves up to ``through``: their logs may
-        go. The segment written now is closed, so that the next wave starts a new one; every wave file up to
+        go. The segment written now is closed, so that the next record starts a new one; every wave file up to
         ``through`` goes, and every segment whose last wave is (one a worker that died left too)."""
         if task in self._open_segments:
             self._open_segments.pop(task)[1].close()

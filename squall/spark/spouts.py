@@ -367,9 +367,10 @@ class SpoutHost:
                     self._call(s, hook)
 
     def take_wave(self) -> dict[int, dict[int, Batch]]:
-        """The batches of the wave, per source task and target task. Each copy of a tracked spout tuple gets its
-        edge id here, all at once; the trees started since the last wave reach the ackers with ``merge_inits``,
-        which the caller makes once the batches have left, before it takes any ack."""
+        """The batches emitted since the last take (a wave's first calls, or a part of it), per source task and
+        target task. Each copy of a tracked spout tuple gets its edge id here, all at once; the trees started since
+        the last take reach the ackers with ``merge_inits``, which the caller makes once the batches have left,
+        before it takes any ack."""
         self.count_emits()
         by_source = self.outbox.take()
         if self.trees is None:

@@ -176,7 +176,7 @@ class WorkerSpouts:
         """The wave's spout calls (or, for a replayed wave, what the spout tasks logged for it); its batches go
         out through ``send``. Returns the wave's report once the spout tasks' part of it ended; None while it stays
         open (``squall/spark/open_wave.py``): the worker then carries out ``open_due`` at its idle moments. A wave that
-        comes while another is open waits for it to end (``ended``)."""
+        comes while another is open waits for it to end (``end_open``)."""
         if self.opened is not None:
             self.waiting.append(message)
             return None
