@@ -59,7 +59,8 @@ SQUALL_WAVE_DRY_PAUSE_MS = "squall.wave.dry.pause.ms"  # LocalCluster's pause af
 # (0: never open): squall/spark/open_wave.py
 SQUALL_WAVE_OPEN_MS = "squall.wave.open.ms"
 SQUALL_WAVE_OPEN_CALL_MS = "squall.wave.open.call.ms"  # how often the spouts of an open wave are called
-SQUALL_WAVE_OPEN_DRY_MS = "squall.wave.open.dry.ms"  # an open wave ends when its spouts emit nothing this long
+# An open wave ends when its spouts emit nothing this long (at least twice squall.wave.open.call.ms)
+SQUALL_WAVE_OPEN_DRY_MS = "squall.wave.open.dry.ms"
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
