@@ -10,18 +10,16 @@ moments, and what they emit travels at once (``squall/spark/open_wave.py``).
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
-from pathlib import Path
 
+from components import CrashOnce, RequeueingFeeder, WordCount
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from squall import BasicBolt, Bolt, LocalCluster, Spout, TopologyBuilder
 from squall.spark.open_wave import CallSpouts, EndSpoutPart, OpenWave, OpenWaveSettings, WaitUntil
-from squall.testing import FeederSpout
 
 # -- the rules -----------------------------------------------------------------------------------------------------
 
@@ -165,61 +163,9 @@ def test_without_open_waves_each_tree_waits_for_a_wave_of_its_own(spark):
 # -- a worker lost with waves of many parts in flight --------------------------------------------------------------
 
 
-class Redelivering(FeederSpout):
-    """A ``FeederSpout`` whose failed messages go back on its queue, as a broker's would."""
-
-    def __init__(self, fields):
-        super().__init__(fields)
-        self._state.sent = {}
-
-    def __deepcopy__(self, memo):
-        twin = super().__deepcopy__(memo)
-        twin.__class__ = Redelivering
-        return twin
-
-    def next_tuple(self):
-        with self._state.lock:
-            if not self._state.queue:
-                return
-            values, msg_id = self._state.queue.popleft()
-            self._state.sent[msg_id] = values
-        self._collector.emit(values, msg_id=msg_id)
-
-    def fail(self, msg_id):
-        super().fail(msg_id)
-        with self._state.lock:
-            self._state.queue.append((self._state.sent[msg_id], msg_id))
-
-
-class CrashOnce(BasicBolt):
-    """Kills its Python worker (``os._exit``) on the first word ``crash``, once per marker file."""
-
-    outputs = ("word",)
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def execute(self, tup, collector):
-        if tup[0] == "crash" and not Path(self.marker).exists():
-            Path(self.marker).write_text("crashed")
-            os._exit(1)
-        collector.emit([tup[0]])
-
-
-class WordCount(BasicBolt):
-    outputs = ("word", "count")
-
-    def prepare(self, conf, context):
-        self.counts = Counter()
-
-    def execute(self, tup, collector):
-        self.counts[tup[0]] += 1
-        collector.emit([tup[0], self.counts[tup[0]]])
-
-
 def test_a_worker_lost_with_waves_of_many_parts_in_flight_loses_nothing(cluster, tmp_path):
     marker = tmp_path / "crashed"
-    spout = Redelivering(["word"])
+    spout = RequeueingFeeder(["word"])
     b = TopologyBuilder()
     b.set_spout("s", spout)
     b.set_bolt("crasher", CrashOnce(str(marker)), 2).shuffle_grouping("s")

@@ -63,8 +63,7 @@ def open_wave_settings(conf: dict) -> OpenWaveSettings:
     """The topology's settings, or squall's defaults."""
 
     def secs(key: str) -> float:
-        value = conf.get(key)
-        return float(DEFAULTS[key] if value is None else value) / 1000.0
+        return float(conf.get(key, DEFAULTS[key])) / 1000.0
 
     call = secs(SQUALL_WAVE_OPEN_CALL_MS)
     # A part that may not go without an emit for two calls would end before the spouts were asked twice.

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from squall.model.topology import Topology
 from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
@@ -136,7 +136,6 @@ class WorkerSpouts:
         self.open_wave = OpenWave(open_wave_settings(conf))  # when the spouts are called between waves
         self.opened: WaveInput | None = None  # the wave whose spout part is open
         self.waiting: list[WaveInput] = []  # waves whose spout part waits for the open one to end
-        self.wave_emits = 0  # the emits of the wave being called
 
     @property
     def unsettled(self) -> bool:
@@ -191,9 +190,9 @@ class WorkerSpouts:
         if self.trees is not None:
             self.trees.wave = message.wave
         self.host.begin_wave()
-        self.wave_emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
+        emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
         by_source = self.host.take_wave()
-        if not self.open_wave.burst(time.monotonic(), self.wave_emits, self._spent(message), self.host.active):
+        if not self.open_wave.burst(time.monotonic(), emits, self._spent(message), self.host.active):
             return self._end(message, worker, by_source, send)
         self._send_part(message, by_source, send)
         self.opened = message
@@ -209,7 +208,6 @@ class WorkerSpouts:
         self.settle_due()
         use_simulated_time(message.simulated_now)
         emits = self.host.call(message.spout_calls)
-        self.wave_emits += emits
         if emits:
             self._send_part(message, self.host.take_wave(), send)
         self.open_wave.called(time.monotonic(), emits, self._spent(message))
@@ -237,10 +235,15 @@ class WorkerSpouts:
     ) -> None:
         """Emits of the open wave before its end: they leave at once (``last`` comes at the end)."""
         for task, batches in by_source.items():
-            for batch in batches.values():
-                batch.generation, batch.wave, batch.producer = message.generation, message.wave, task
-                send(batch)
+            self._send_early(message, task, batches.values(), send)
         self._after_send(message, by_source)
+
+    @staticmethod
+    def _send_early(message: WaveInput, task: int, batches: Iterable[Batch], send: Callable[[Batch], None]) -> None:
+        """Spout task ``task``'s ``batches`` of ``message``'s wave, before its ``last`` ones."""
+        for batch in batches:
+            batch.generation, batch.wave, batch.producer, batch.last = message.generation, message.wave, task, False
+            send(batch)
 
     def _after_send(self, message: WaveInput, by_source: dict[int, dict[int, Batch]]) -> None:
         """Once batches left: their trees' inits to the ackers here, and their record for the spout's log."""
@@ -256,7 +259,7 @@ class WorkerSpouts:
         """The spout part of ``message``'s wave ends with ``by_source``: ``last`` batches to every reader."""
         self._send_wave(message, by_source, send)
         self._after_send(message, by_source)
-        emits, self.wave_emits = self.wave_emits, 0
+        emits = sum(self.host.wave_emits.values())
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
         ackers, captured = self.take_ackers(), self.host.take_captured()
@@ -267,14 +270,7 @@ class WorkerSpouts:
     def _replay(self, message: WaveInput, worker: int, send: Callable[[Batch], None]) -> SpoutReport:
         """A wave run again: each spout task's logged batches, in the order they first went out, then ``last``."""
         for s in self.host.tasks:
-            for batch in self.store.spout_wave(s.task, message.wave):
-                batch.generation, batch.wave, batch.producer, batch.last = (
-                    message.generation,
-                    message.wave,
-                    s.task,
-                    False,
-                )
-                send(batch)
+            self._send_early(message, s.task, self.store.spout_wave(s.task, message.wave), send)
         self._send_wave(message, {}, send)
         pending = len(self.trees) if self.trees is not None else 0
         statuses = self.take_statuses()
