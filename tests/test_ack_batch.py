@@ -47,6 +47,8 @@ def test_the_driver_folds_every_tasks_batch_and_splits_them_by_acker_partition(t
     assert len(parts) == ackers
     for p, part in enumerate(parts):
         assert all(int(r) % ackers == p for r in part.roots)
+        # each row whole (value and both flags), in the combined batch's order
+        assert list(as_rows(part).items()) == [(r, row) for r, row in as_rows(combined).items() if r % ackers == p]
     assert sum(len(p) for p in parts) == len(combined)
 
 

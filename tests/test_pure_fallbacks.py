@@ -143,6 +143,26 @@ def test_acks_fold_per_root_alike_without_the_xor_fold_helper(monkeypatch):
     assert [len(roots) for roots, _ in compiled[:2]] == [1, 3]
 
 
+def test_acks_split_by_acker_task_alike_without_the_split_helper(monkeypatch):
+    pytest.importorskip("squall.reliability._xor_fold")
+    rng = np.random.default_rng(3)
+    roots = rng.integers(1, 2**64, 500, dtype=np.uint64, endpoint=False)
+    kinds = rng.integers(0, 3, 500)
+    batch = AckBatch.from_messages(roots, rng.integers(0, 2**64, 500, dtype=np.uint64, endpoint=False), kinds)
+    one_acker = AckBatch.reduce((roots >> np.uint64(2)) * np.uint64(3), np.ones(500, np.uint64))  # multiples of 3
+
+    def parts() -> list:
+        return [
+            [(p.roots.tolist(), p.xors.tolist(), p.failed.tolist(), p.reset.tolist()) for p in b.by_partition(n)]
+            for b, n in [(batch, 2), (batch, 3), (one_acker, 3), (AckBatch.empty(), 2)]
+        ]
+
+    compiled = parts()
+    monkeypatch.setattr(acks, "_split_by_partition", None)
+    assert parts() == compiled
+    assert [len(p[0]) for p in compiled[2]] == [len(one_acker), 0, 0]
+
+
 PROBE = """
 import json, sys
 for name in {helpers!r}:

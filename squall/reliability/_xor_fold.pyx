@@ -1,5 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""``AckBatch.reduce``'s common case in C: ack rows XOR-folded per root, the roots in order of first appearance.
+"""``AckBatch.reduce``'s common case in C: ack rows XOR-folded per root, the roots in order of first appearance;
+and ``AckBatch.by_partition``, its rows split by acker task. Each is one call whatever the rows: a task's small
+batches of acks, as a lightly loaded worker sends them, cost no more than their rows.
 
 An open-addressing table maps each root to its place in the output. It has twice as many slots as rows, at most
 ``CAP_BITS`` at first, and doubles when half full. The last table used is kept for the next call, with only the
@@ -48,11 +50,15 @@ cdef Slot* _grown(Slot* table, int bits, Py_ssize_t* slots) noexcept nogil:
 
 
 def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] xors):
-    """``(unique roots, their XOR-folded values)`` of non-zero ``roots`` (0 marks an empty slot)."""
+    """``(unique roots, their XOR-folded values)``, or None when a root is 0 (0 marks an empty slot). A run of one
+    root (a tuple's children, emitted and acked one after the other) is folded without a lookup."""
     global _kept, _kept_bits
-    cdef Py_ssize_t n = roots.shape[0], i, slot, unique = 0
+    cdef Py_ssize_t n = roots.shape[0], i, slot, unique = 0, last = -1
     cdef int bits = FIRST_BITS
-    cdef unsigned long long key
+    cdef unsigned long long key, last_key = 0
+    for i in range(n):
+        if roots[i] == 0:
+            return None
     while bits < CAP_BITS and (<Py_ssize_t>1 << bits) < 2 * n:
         bits += 1
     keys_array = np.empty(n, np.uint64)
@@ -72,10 +78,16 @@ def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] 
             raise MemoryError()
         for i in range(n):
             key = roots[i]
-            slot = _find(table, bits, key)
-            if table[slot].key == key:
-                values[table[slot].index] ^= xors[i]
+            if key == last_key:
+                values[last] ^= xors[i]
                 continue
+            slot = _find(table, bits, key)
+            last_key = key
+            if table[slot].key == key:
+                last = table[slot].index
+                values[last] ^= xors[i]
+                continue
+            last = unique
             table[slot].key, table[slot].index = key, unique
             slots[unique] = slot
             keys[unique], values[unique] = key, xors[i]
@@ -93,3 +105,43 @@ def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] 
         free(table)
         free(slots)
     return keys_array[:unique].copy(), values_array[:unique].copy()
+
+
+def split_by_partition(
+    const unsigned long long[::1] roots,
+    const unsigned long long[::1] xors,
+    const unsigned char[::1] failed,
+    const unsigned char[::1] reset,
+    Py_ssize_t partitions,
+):
+    """The rows of each partition ``root mod partitions``, in order: a list of ``partitions`` tuples ``(roots,
+    xors, failed, reset)``; or, when every row is in one partition, its number."""
+    cdef Py_ssize_t n = roots.shape[0], i, p
+    cdef unsigned long long parts = <unsigned long long>partitions
+    counts_array = np.zeros(partitions, np.intp)
+    cdef Py_ssize_t[::1] counts = counts_array
+    for i in range(n):
+        counts[<Py_ssize_t>(roots[i] % parts)] += 1
+    for p in range(partitions):
+        if counts[p] == n:
+            return p
+    columns = [
+        (np.empty(counts[p], np.uint64), np.empty(counts[p], np.uint64), np.empty(counts[p], bool),
+         np.empty(counts[p], bool))
+        for p in range(partitions)
+    ]
+    cdef unsigned long long[::1] out_roots, out_xors
+    cdef unsigned char[::1] out_failed, out_reset
+    cdef Py_ssize_t at
+    for p in range(partitions):
+        counts[p] = 0
+    for p in range(partitions):
+        out_roots, out_xors = columns[p][0], columns[p][1]
+        out_failed, out_reset = columns[p][2].view(np.uint8), columns[p][3].view(np.uint8)
+        at = 0
+        for i in range(n):
+            if <Py_ssize_t>(roots[i] % parts) == p:
+                out_roots[at], out_xors[at] = roots[i], xors[i]
+                out_failed[at], out_reset[at] = failed[i], reset[i]
+                at += 1
+    return columns

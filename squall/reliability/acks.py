@@ -21,10 +21,11 @@ import numpy as np
 import pyarrow as pa
 
 ACK, FAIL, RESET = 0, 1, 2
-try:  # acks folded per root in C (setup.py builds it where a compiler is)
+try:  # acks folded per root, and split by acker task, in C (setup.py builds it where a compiler is)
+    from squall.reliability._xor_fold import split_by_partition as _split_by_partition
     from squall.reliability._xor_fold import xor_fold as _xor_fold
 except ImportError:
-    _xor_fold = None
+    _xor_fold = _split_by_partition = None
 RUN_FOLD_SHARE = 4  # runs of one root are folded before hashing when a quarter of the rows or more repeat the last
 
 
@@ -62,15 +63,17 @@ class AckBatch:
             return cls.empty()
         failed = failed if failed is not None and failed.any() else None
         reset = reset if reset is not None and reset.any() else None
+        if failed is None and reset is None and _xor_fold is not None:  # acks only: one call into C
+            folded = _xor_fold(np.ascontiguousarray(roots, np.uint64), np.ascontiguousarray(xors, np.uint64))
+            if folded is not None:  # else a root is 0: folded below
+                unique, values = folded
+                return cls(unique, values, np.zeros(len(unique), bool), np.zeros(len(unique), bool))
         repeats = roots[1:] == roots[:-1]
         if np.count_nonzero(repeats) * RUN_FOLD_SHARE >= len(roots):
             starts = np.flatnonzero(np.concatenate(([True], ~repeats)))
             roots, xors = roots[starts], np.bitwise_xor.reduceat(xors, starts)
             failed = None if failed is None else np.logical_or.reduceat(failed, starts)
             reset = None if reset is None else np.logical_or.reduceat(reset, starts)
-        if failed is None and reset is None and _xor_fold is not None and roots.all():  # acks only: in C
-            unique, folded = _xor_fold(np.ascontiguousarray(roots, np.uint64), np.ascontiguousarray(xors, np.uint64))
-            return cls(unique, folded, np.zeros(len(unique), bool), np.zeros(len(unique), bool))
         encoded = pa.array(roots, pa.uint64()).dictionary_encode()
         slot = encoded.indices.to_numpy()
         unique = encoded.dictionary.to_numpy()
@@ -120,11 +123,25 @@ class AckBatch:
 
     def by_partition(self, partitions: int) -> list[AckBatch]:
         """The rows of each acker task (``acker_partition``), of ``partitions``."""
+        if partitions == 1:
+            return [self]
+        if _split_by_partition is not None:
+            columns = _split_by_partition(
+                *(np.ascontiguousarray(c) for c in (self.roots, self.xors)),
+                *(np.ascontiguousarray(c).view(np.uint8) for c in (self.failed, self.reset)),
+                partitions,
+            )
+            if isinstance(columns, int):  # all in one: the usual case, the trees' acker tasks on one worker
+                return [self if p == columns else _EMPTY for p in range(partitions)]
+            return [AckBatch(*c) for c in columns]
         which = acker_partition(self.roots, partitions)
         return [
             AckBatch(self.roots[m], self.xors[m], self.failed[m], self.reset[m])
             for m in (which == p for p in range(partitions))
         ]
+
+
+_EMPTY = AckBatch.empty()
 
 
 def acker_partition(roots, num_ackers: int) -> np.ndarray:

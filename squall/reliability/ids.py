@@ -1,39 +1,55 @@
 """Random non-zero 64-bit ids for tuples and edges.
 
-Ids come from numpy's PCG64, seeded from the operating system's entropy pool.
-The generator notices when it runs in a forked child (as Spark's Python workers
-are) and reseeds, so two processes never hand out the same sequence.
+Ids come from numpy's PCG64, seeded from the operating system's entropy pool, or from a seed for a stream that
+must come out the same again (a bolt task's wave run again). They are drawn a block at a time, as raw 64-bit
+words, and handed out in order: the *i*-th id a generator gives is the same however many each call asked for,
+and a call costs a slice, not a draw (numpy's ``integers`` spends about 10 µs on its arguments alone, which a
+batch of a few rows would pay per row). A generator in a forked child (Spark's Python workers are forked)
+starts again: an unseeded one from fresh entropy, so two processes never hand out the same ids, and a seeded
+one from its seed.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
-_BLOCK = 4096
+_BLOCK = 4096  # ids drawn at a time for ``next_id`` and ``seeded_source``
+_DRAW = 65536  # raw words drawn at a time for ``next_ids``
+
+_live: weakref.WeakSet[IdGenerator] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    for generator in list(_live):
+        generator._start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 class IdGenerator:
     """Hands out random 64-bit ids, never 0 (0 is the XOR of a completed tree)."""
 
-    def __init__(self, seed: int | None = None) -> None:
+    def __init__(self, seed: int | list[int] | None = None) -> None:
         self._seed = seed
-        self._pid = -1
+        self._start()
+        _live.add(self)
+
+    def _start(self) -> None:
+        self._bits = np.random.PCG64(self._seed)
+        self._drawn = np.empty(0, np.uint64)
+        self._position = 0
         self._buffer: list[int] = []
 
-    def _reseed_if_forked(self) -> None:
-        pid = os.getpid()
-        if pid != self._pid:
-            self._pid = pid
-            self._rng = np.random.Generator(np.random.PCG64(self._seed))
-            self._buffer = []
-
     def next_id(self) -> int:
-        if not self._buffer or (self._seed is None and os.getpid() != self._pid):
-            self._buffer = self.next_ids(_BLOCK).tolist()  # next_ids reseeds in a forked child
+        if not self._buffer:
+            self._buffer = self.next_ids(_BLOCK).tolist()[::-1]  # popped from the end: in the order drawn
         return self._buffer.pop()
 
     def _blocks(self) -> Iterator[list[int]]:
@@ -44,13 +60,18 @@ class IdGenerator:
         """``next_id`` for a seeded generator, as a C-level iterator's ``__next__``: the cheapest call there is,
         for one id per emitted tuple. Ids come from the same sequence ``next_ids`` draws from."""
         if self._seed is None:
-            raise ValueError("seeded_source() needs a seeded IdGenerator: it does not check for a fork")
+            raise ValueError("seeded_source() needs a seeded IdGenerator: an unseeded one's ids are next_id's")
         return itertools.chain.from_iterable(self._blocks()).__next__
 
     def next_ids(self, n: int) -> np.ndarray:
-        """``n`` ids as a uint64 array."""
-        self._reseed_if_forked()
-        return self._rng.integers(1, 2**64, size=n, dtype=np.uint64, endpoint=False)
+        """The next ``n`` ids, as a uint64 array of their own."""
+        position = self._position
+        if position + n > len(self._drawn):  # the rest of this block, then a new one
+            fresh = self._bits.random_raw(max(_DRAW, n)).astype(np.uint64, copy=False)
+            fresh[fresh == 0] = 1  # one word in 2**64
+            self._drawn, position = np.concatenate([self._drawn[position:], fresh]), 0
+        self._position = position + n
+        return self._drawn[position : position + n].copy()  # so that no batch holds the whole block
 
 
 _default = IdGenerator()
