@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 _BLOCK = 4096  # ids drawn at a time for ``next_id`` and ``seeded_source``
-_DRAW = 65536  # raw words drawn at a time for ``next_ids``
+_FIRST_DRAW, _DRAW = 1024, 65536  # raw words ``next_ids`` draws at a time: doubling from the first to the most
 
 _live: weakref.WeakSet[IdGenerator] = weakref.WeakSet()
 
@@ -45,6 +45,7 @@ class IdGenerator:
         self._bits = np.random.PCG64(self._seed)
         self._drawn = np.empty(0, np.uint64)
         self._position = 0
+        self._draw = _FIRST_DRAW  # a bolt task's generator lives one wave: it may need a few ids only
         self._buffer: list[int] = []
 
     def next_id(self) -> int:
@@ -67,7 +68,8 @@ class IdGenerator:
         """The next ``n`` ids, as a uint64 array of their own."""
         position = self._position
         if position + n > len(self._drawn):  # the rest of this block, then a new one
-            fresh = self._bits.random_raw(max(_DRAW, n)).astype(np.uint64, copy=False)
+            fresh = self._bits.random_raw(max(self._draw, n)).astype(np.uint64, copy=False)
+            self._draw = min(2 * self._draw, _DRAW)
             fresh[fresh == 0] = 1  # one word in 2**64
             self._drawn, position = np.concatenate([self._drawn[position:], fresh]), 0
         self._position = position + n
