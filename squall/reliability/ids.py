@@ -3,8 +3,8 @@
 Ids come from numpy's PCG64, seeded from the operating system's entropy pool, or from a seed for a stream that
 must come out the same again (a bolt task's wave run again). They are drawn a block at a time, as raw 64-bit
 words, and handed out in order: the *i*-th id a generator gives is the same however many each call asked for,
-and a call costs a slice, not a draw (numpy's ``integers`` spends about 10 µs on its arguments alone, which a
-batch of a few rows would pay per row). A generator in a forked child (Spark's Python workers are forked)
+and a call costs a slice, not a draw (numpy's ``integers`` spends several microseconds on its arguments alone,
+which a batch of a few rows pays in full). A generator in a forked child (Spark's Python workers are forked)
 starts again: an unseeded one from fresh entropy, so two processes never hand out the same ids, and a seeded
 one from its seed.
 """
