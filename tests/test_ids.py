@@ -2,6 +2,8 @@
 in two processes."""
 
 import os
+import pickle
+import threading
 
 import numpy as np
 from hypothesis import given
@@ -43,13 +45,44 @@ def test_a_forked_child_never_hands_out_its_parents_ids():
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
-        os.write(write, generator.next_ids(100).tobytes())
-        os._exit(0)
+        try:
+            os.write(write, generator.next_ids(100).tobytes())
+        finally:
+            os._exit(0)  # never the rest of the test session in the child
     os.close(write)
     received = b""
-    while len(received) < 800:
-        received += os.read(read, 800)
+    while chunk := os.read(read, 800):
+        received += chunk
     os.waitpid(child, 0)
     os.close(read)
+    assert len(received) == 800
     in_child = set(np.frombuffer(received, np.uint64).tolist())
     assert not in_child & set(generator.next_ids(100).tolist())
+
+
+def test_threads_sharing_a_generator_never_get_the_same_ids():
+    generator = IdGenerator()
+    taken: list[list[int]] = [[] for _ in range(4)]
+
+    def take(mine: list[int]) -> None:
+        for n in [1, 1000, 70_000, 3] * 5:
+            mine.extend(generator.next_ids(n).tolist())
+        mine.extend(generator.next_id() for _ in range(5000))
+
+    threads = [threading.Thread(target=take, args=(mine,)) for mine in taken]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [i for mine in taken for i in mine]
+    assert len(set(ids)) == len(ids) == 4 * (5 * 71_004 + 5000)
+
+
+def test_a_shipped_copy_starts_again_from_its_seed_or_from_fresh_entropy():
+    seeded, unseeded = IdGenerator(5), IdGenerator()
+    seeded.next_ids(10)
+    unseeded.next_ids(10)
+    blob = pickle.dumps((seeded, unseeded))  # as a component holding them is shipped to each worker
+    (seeded_a, unseeded_a), (seeded_b, unseeded_b) = pickle.loads(blob), pickle.loads(blob)
+    assert seeded_a.next_ids(20).tolist() == seeded_b.next_ids(20).tolist() == IdGenerator(5).next_ids(20).tolist()
+    assert not set(unseeded_a.next_ids(20).tolist()) & set(unseeded_b.next_ids(20).tolist())

@@ -151,16 +151,25 @@ def test_acks_split_by_acker_task_alike_without_the_split_helper(monkeypatch):
     batch = AckBatch.from_messages(roots, rng.integers(0, 2**64, 500, dtype=np.uint64, endpoint=False), kinds)
     one_acker = AckBatch.reduce((roots >> np.uint64(2)) * np.uint64(3), np.ones(500, np.uint64))  # multiples of 3
 
+    # columns of other dtypes, as a batch built by hand may hold: read as the fallback reads them
+    loose = AckBatch(
+        batch.roots[::-1].astype(np.int64) & 0xFFFF, batch.xors[::-1], batch.failed.astype(int), batch.reset[::-1]
+    )
+
     def parts() -> list:
         return [
             [(p.roots.tolist(), p.xors.tolist(), p.failed.tolist(), p.reset.tolist()) for p in b.by_partition(n)]
-            for b, n in [(batch, 2), (batch, 3), (one_acker, 3), (AckBatch.empty(), 2)]
+            for b, n in [(batch, 2), (batch, 3), (one_acker, 3), (AckBatch.empty(), 2), (loose, 2)]
         ]
 
     compiled = parts()
+    assert [len(p[0]) for p in compiled[2]] == [len(one_acker), 0, 0]
+    empty_part = one_acker.by_partition(3)[1]  # shared by every empty part: nobody may write into it
+    assert not any(c.flags.writeable for c in (empty_part.roots, empty_part.xors, empty_part.failed, empty_part.reset))
+    with pytest.raises(ValueError, match="0 acker tasks"):
+        batch.by_partition(0)
     monkeypatch.setattr(acks, "_split_by_partition", None)
     assert parts() == compiled
-    assert [len(p[0]) for p in compiled[2]] == [len(one_acker), 0, 0]
 
 
 PROBE = """

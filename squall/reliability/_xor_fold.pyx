@@ -56,6 +56,8 @@ def xor_fold(const unsigned long long[::1] roots, const unsigned long long[::1] 
     cdef Py_ssize_t n = roots.shape[0], i, slot, unique = 0, last = -1
     cdef int bits = FIRST_BITS
     cdef unsigned long long key, last_key = 0
+    if xors.shape[0] != n:
+        raise ValueError(f"xor_fold: {n} roots and {xors.shape[0]} values")
     for i in range(n):
         if roots[i] == 0:
             return None
@@ -117,11 +119,19 @@ def split_by_partition(
     """The rows of each partition ``root mod partitions``, in order: a list of ``partitions`` tuples ``(roots,
     xors, failed, reset)``; or, when every row is in one partition, its number."""
     cdef Py_ssize_t n = roots.shape[0], i, p
+    if partitions < 1:
+        raise ValueError(f"split_by_partition: {partitions} partitions")
+    if xors.shape[0] != n or failed.shape[0] != n or reset.shape[0] != n:
+        raise ValueError("split_by_partition: the columns differ in length")
     cdef unsigned long long parts = <unsigned long long>partitions
+    which_array = np.empty(n, np.intp)
     counts_array = np.zeros(partitions, np.intp)
+    cdef Py_ssize_t[::1] which = which_array
     cdef Py_ssize_t[::1] counts = counts_array
     for i in range(n):
-        counts[<Py_ssize_t>(roots[i] % parts)] += 1
+        p = <Py_ssize_t>(roots[i] % parts)
+        which[i] = p
+        counts[p] += 1
     for p in range(partitions):
         if counts[p] == n:
             return p
@@ -130,18 +140,36 @@ def split_by_partition(
          np.empty(counts[p], bool))
         for p in range(partitions)
     ]
-    cdef unsigned long long[::1] out_roots, out_xors
-    cdef unsigned char[::1] out_failed, out_reset
-    cdef Py_ssize_t at
-    for p in range(partitions):
-        counts[p] = 0
-    for p in range(partitions):
-        out_roots, out_xors = columns[p][0], columns[p][1]
-        out_failed, out_reset = columns[p][2].view(np.uint8), columns[p][3].view(np.uint8)
-        at = 0
-        for i in range(n):
-            if <Py_ssize_t>(roots[i] % parts) == p:
-                out_roots[at], out_xors[at] = roots[i], xors[i]
-                out_failed[at], out_reset[at] = failed[i], reset[i]
-                at += 1
+    cdef unsigned long long** out_roots = <unsigned long long**>malloc(partitions * sizeof(void*))
+    cdef unsigned long long** out_xors = <unsigned long long**>malloc(partitions * sizeof(void*))
+    cdef unsigned char** out_failed = <unsigned char**>malloc(partitions * sizeof(void*))
+    cdef unsigned char** out_reset = <unsigned char**>malloc(partitions * sizeof(void*))
+    cdef unsigned long long[::1] view64
+    cdef unsigned char[::1] view8
+    try:
+        if out_roots == NULL or out_xors == NULL or out_failed == NULL or out_reset == NULL:
+            raise MemoryError()
+        for p in range(partitions):
+            counts[p] = 0
+            if len(columns[p][0]):  # an empty column's pointer is never written through
+                view64 = columns[p][0]
+                out_roots[p] = &view64[0]
+                view64 = columns[p][1]
+                out_xors[p] = &view64[0]
+                view8 = columns[p][2].view(np.uint8)
+                out_failed[p] = &view8[0]
+                view8 = columns[p][3].view(np.uint8)
+                out_reset[p] = &view8[0]
+        for i in range(n):  # one pass, each row to its partition's next place
+            p = which[i]
+            out_roots[p][counts[p]] = roots[i]
+            out_xors[p][counts[p]] = xors[i]
+            out_failed[p][counts[p]] = failed[i]
+            out_reset[p][counts[p]] = reset[i]
+            counts[p] += 1
+    finally:
+        free(out_roots)
+        free(out_xors)
+        free(out_failed)
+        free(out_reset)
     return columns

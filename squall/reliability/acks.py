@@ -123,12 +123,14 @@ class AckBatch:
 
     def by_partition(self, partitions: int) -> list[AckBatch]:
         """The rows of each acker task (``acker_partition``), of ``partitions``."""
+        if partitions < 1:
+            raise ValueError(f"by_partition: {partitions} acker tasks")
         if partitions == 1:
             return [self]
         if _split_by_partition is not None:
             columns = _split_by_partition(
-                *(np.ascontiguousarray(c) for c in (self.roots, self.xors)),
-                *(np.ascontiguousarray(c).view(np.uint8) for c in (self.failed, self.reset)),
+                *(np.ascontiguousarray(c, np.uint64) for c in (self.roots, self.xors)),
+                *(np.ascontiguousarray(c, bool).view(np.uint8) for c in (self.failed, self.reset)),
                 partitions,
             )
             if isinstance(columns, int):  # all in one: the usual case, the trees' acker tasks on one worker
@@ -141,7 +143,9 @@ class AckBatch:
         ]
 
 
-_EMPTY = AckBatch.empty()
+_EMPTY = AckBatch.empty()  # shared by the parts a split leaves empty: read only
+for _column in (_EMPTY.roots, _EMPTY.xors, _EMPTY.failed, _EMPTY.reset):
+    _column.setflags(write=False)
 
 
 def acker_partition(roots, num_ackers: int) -> np.ndarray:

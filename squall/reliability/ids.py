@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 
@@ -26,6 +27,7 @@ _live: weakref.WeakSet[IdGenerator] = weakref.WeakSet()
 
 def _forked() -> None:
     for generator in list(_live):
+        generator._lock = threading.Lock()  # a thread of the parent may have held it at the fork
         generator._start()
 
 
@@ -34,12 +36,18 @@ if hasattr(os, "register_at_fork"):
 
 
 class IdGenerator:
-    """Hands out random 64-bit ids, never 0 (0 is the XOR of a completed tree)."""
+    """Hands out random 64-bit ids, never 0 (0 is the XOR of a completed tree). Threads may share one: no two
+    calls get the same ids. A copy (pickled, as a component shipped to the workers is) starts again from its
+    seed, or from fresh entropy when it has none, as a forked child does."""
 
     def __init__(self, seed: int | list[int] | None = None) -> None:
         self._seed = seed
+        self._lock = threading.Lock()
         self._start()
         _live.add(self)
+
+    def __reduce__(self) -> tuple:
+        return IdGenerator, (self._seed,)
 
     def _start(self) -> None:
         self._bits = np.random.PCG64(self._seed)
@@ -49,9 +57,13 @@ class IdGenerator:
         self._buffer: list[int] = []
 
     def next_id(self) -> int:
-        if not self._buffer:
-            self._buffer = self.next_ids(_BLOCK).tolist()[::-1]  # popped from the end: in the order drawn
-        return self._buffer.pop()
+        with self._lock:
+            if self._buffer:
+                return self._buffer.pop()
+        ids = self.next_ids(_BLOCK).tolist()[::-1]  # popped from the end: in the order drawn
+        with self._lock:
+            self._buffer = ids + self._buffer  # another thread's block, if it took one meanwhile, goes first
+            return self._buffer.pop()
 
     def _blocks(self) -> Iterator[list[int]]:
         while True:
@@ -66,14 +78,15 @@ class IdGenerator:
 
     def next_ids(self, n: int) -> np.ndarray:
         """The next ``n`` ids, as a uint64 array of their own."""
-        position = self._position
-        if position + n > len(self._drawn):  # the rest of this block, then a new one
-            fresh = self._bits.random_raw(max(self._draw, n)).astype(np.uint64, copy=False)
-            self._draw = min(2 * self._draw, _DRAW)
-            fresh[fresh == 0] = 1  # one word in 2**64
-            self._drawn, position = np.concatenate([self._drawn[position:], fresh]), 0
-        self._position = position + n
-        return self._drawn[position : position + n].copy()  # so that no batch holds the whole block
+        with self._lock:
+            position = self._position
+            if position + n > len(self._drawn):  # the rest of this block, then a new one
+                fresh = self._bits.random_raw(max(self._draw, n)).astype(np.uint64, copy=False)
+                self._draw = min(2 * self._draw, _DRAW)
+                fresh[fresh == 0] = 1  # one word in 2**64
+                self._drawn, position = np.concatenate([self._drawn[position:], fresh]), 0
+            self._position = position + n
+            return self._drawn[position : position + n].copy()  # so that no batch holds the whole block
 
 
 _default = IdGenerator()
