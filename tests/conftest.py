@@ -1,5 +1,6 @@
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,12 +10,16 @@ from hypothesis import settings
 settings.register_profile("squall", deadline=None)
 settings.load_profile("squall")
 
-# The Spark JVMs the tests start (drivers, and a standalone cluster's master and workers) only schedule work and
-# carry control messages: with C1 alone and the serial collector each starts about 2 s sooner, which the suite's
-# many driver (re)starts add up. What squall does is the same either way.
+# The Spark JVMs the tests start (drivers, and a standalone cluster's master, workers and executors) only schedule
+# work and carry control messages: with C1 alone and the serial collector each starts a second or two sooner, which
+# the suite's many driver (re)starts add up. What squall does is the same either way.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JVM)
+if "SPARK_CONF_DIR" not in os.environ:  # a standalone cluster's executors take theirs from the driver's defaults
+    _conf_dir = Path(tempfile.mkdtemp(prefix="squall-tests-spark-conf-"))
+    (_conf_dir / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {QUICK_JVM}\n")
+    os.environ["SPARK_CONF_DIR"] = str(_conf_dir)
 
 
 def pytest_sessionstart(session):

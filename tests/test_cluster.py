@@ -397,7 +397,7 @@ def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads
     spark = SparkStandaloneCluster(tmp_path / "spark", workers=2)
     data, log = tmp_path / "data", tmp_path / "driver.log"
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "examples" / "word_count.py")]
-    args += ["--master", spark.url, "--idle-secs", "20", "--no-ui"]  # idle: every sentence acked, none queued
+    args += ["--master", spark.url, "--idle-secs", "0", "--no-ui"]  # it runs until interrupted, as Ctrl-C does
     args += ["--conf", f"example.dir={data}", "--conf", f"example.sentences={sentences}"]
     args += ["--conf", "topology.max.spout.pending=5000", "--conf", "squall.worker.replace.timeout.secs=5"]
     example = _example()
@@ -425,7 +425,9 @@ def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads
         producer = ReliableQueue(queue, "sentences")
         producer.put_many([example.SENTENCES[i % len(example.SENTENCES)]] for i in range(sentences, sentences + later))
         producer.close()
-        driver.wait(timeout=600)
+        _wait(lambda: _queue_counts(queue) == {"ready": 0, "pending": 0, "dead": 0}, driver, "the later sentences acked")
+        driver.send_signal(signal.SIGINT)
+        driver.wait(timeout=120)
         tasks_on_new_worker = spark.tasks_run_by(2)
     finally:
         try:
