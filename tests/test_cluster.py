@@ -344,6 +344,7 @@ def test_stateful_word_count_on_a_standalone_cluster_survives_driver_and_worker_
     producer.put_many([w] for w in words)
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "tests" / "stateful_word_count.py")]
     args += ["--master", standalone.url, "--idle-secs", "3", "--spark-conf", "spark.task.maxFailures=8"]
+    args += ["--conf", "squall.worker.replace.timeout.secs=2"]  # no spare core: go on on the survivor at once
     args += ["--conf", f"test.queue={queue_path}", "--conf", f"squall.checkpoint.dir={checkpoints}"]
 
     def gone() -> int:

@@ -67,6 +67,7 @@ def test_kafka_word_count_survives_a_worker_kill_and_a_driver_kill(kafka_server,
     out.mkdir()
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "tests" / "broker_word_count.py")]
     args += ["--master", standalone.url, "--idle-secs", "5", "--spark-conf", "spark.task.maxFailures=8"]
+    args += ["--conf", "squall.worker.replace.timeout.secs=2"]  # no spare core: go on on the survivor at once
     for key, value in {
         "test.source": "kafka",
         "test.queue": topic,

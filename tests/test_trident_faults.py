@@ -85,6 +85,7 @@ def test_trident_is_exact_and_answers_only_committed_counts_through_a_worker_and
     }
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "tests" / "trident_faults.py"), "--no-ui"]
     args += ["--master", standalone.url, "--idle-secs", "3", "--spark-conf", "spark.task.maxFailures=8"]
+    args += ["--conf", "squall.worker.replace.timeout.secs=2"]  # no spare core: go on on the survivor at once
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
 

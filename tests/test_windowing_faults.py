@@ -57,6 +57,7 @@ def test_a_persistent_sliding_sum_survives_a_worker_kill_and_a_driver_kill(stand
     out.mkdir()
     args = [sys.executable, "-m", "squall.cli", "run", str(ROOT / "tests" / "persistent_window_sum.py")]
     args += ["--master", standalone.url, "--idle-secs", "5", "--spark-conf", "spark.task.maxFailures=8"]
+    args += ["--conf", "squall.worker.replace.timeout.secs=2"]  # no spare core: go on on the survivor at once
     conf = {"test.queue": queue_path, "test.out": out, "squall.checkpoint.dir": tmp_path / "checkpoints"}
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
