@@ -5,7 +5,7 @@ from squall.connectors import QueueSpout
 
 NAME = "stateful-words"
 PENDING = 200
-CONF = {"topology.max.spout.pending": PENDING, "topology.state.checkpoint.interval.ms": 500}
+CONF = {"topology.max.spout.pending": PENDING, "topology.state.checkpoint.interval.ms": 200}
 
 
 class CountInState(StatefulBolt):
