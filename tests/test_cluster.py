@@ -426,7 +426,9 @@ def test_word_count_goes_on_when_a_worker_is_lost_with_no_spare_core_and_spreads
         producer = ReliableQueue(queue, "sentences")
         producer.put_many([example.SENTENCES[i % len(example.SENTENCES)]] for i in range(sentences, sentences + later))
         producer.close()
-        _wait(lambda: _queue_counts(queue) == {"ready": 0, "pending": 0, "dead": 0}, driver, "the later sentences acked")
+        _wait(
+            lambda: _queue_counts(queue) == {"ready": 0, "pending": 0, "dead": 0}, driver, "the later sentences acked"
+        )
         driver.send_signal(signal.SIGINT)
         driver.wait(timeout=120)
         tasks_on_new_worker = spark.tasks_run_by(2)
