@@ -54,10 +54,10 @@ class AckBatch:
     ) -> AckBatch:
         """Rows with repeated roots folded into one: values XORed, flags ORed (no flags: none set).
 
-        Runs of one root (a tuple's children, emitted and acked one after the other) are folded first, in one
-        pass; the rows left are grouped by hashing, in time linear in the rows (acks alone in C, ``_xor_fold``;
-        else Arrow's dictionary encoding), then XORed into their root's slot. The roots come out in order of
-        first appearance.
+        Acks alone go to one call into C (``_xor_fold``), which folds runs of one root (a tuple's children,
+        emitted and acked one after the other) as it meets them and hashes the rest. With failed or reset flags,
+        runs are folded first when they are common, and the rows left are grouped by Arrow's dictionary
+        encoding. Either way the time is linear in the rows, and the roots come out in order of first appearance.
         """
         if len(roots) == 0:
             return cls.empty()
