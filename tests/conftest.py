@@ -1,5 +1,7 @@
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -18,6 +20,7 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM)
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JVM)
 if "SPARK_CONF_DIR" not in os.environ:  # a standalone cluster's executors take theirs from the driver's defaults
     _conf_dir = Path(tempfile.mkdtemp(prefix="squall-tests-spark-conf-"))
+    atexit.register(shutil.rmtree, _conf_dir, ignore_errors=True)
     (_conf_dir / "spark-defaults.conf").write_text(f"spark.executor.extraJavaOptions {QUICK_JVM}\n")
     os.environ["SPARK_CONF_DIR"] = str(_conf_dir)
 
