@@ -1,8 +1,10 @@
 """Load-aware shuffling (Storm 2's LoadAwareShuffleGrouping): the driver's weights from the workers' loads, the
 pickers that follow them, and a topology whose busy worker gets fewer shuffled tuples."""
 
+import os
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from squall import BasicBolt, LocalCluster, Spout, TopologyBuilder
 from squall.model import Fields, ShuffleGrouping
-from squall.spark.load import LoadAwareShuffle, LoadBalancer, TaskWeights
+from squall.spark.load import GAIN, MAX_WEIGHT, MIN_WEIGHT, LoadAwareShuffle, LoadBalancer, TaskWeights
 
 
 def feed(balancer: LoadBalancer, loads: dict[int, float], start: float, steps: int) -> float:
@@ -37,10 +39,13 @@ def test_weights_stay_equal_until_loads_differ():
 def test_a_busier_worker_gets_less_and_an_idle_cluster_evens_out():
     balancer = LoadBalancer(2)
     now = feed(balancer, {0: 1.0, 1: 0.6}, 0.0, 1)
-    assert balancer.weights == pytest.approx((0.6, 1.4))  # mean 0.8: each moves by twice its distance from it
+    # Mean 0.8: the idler one's weight grows by GAIN times its distance from it, the busier one's is halved (at
+    # most), and both are scaled to average one.
+    grown = 1 + GAIN * 0.2
+    assert balancer.weights == pytest.approx((0.5 * 2 / (0.5 + grown), grown * 2 / (0.5 + grown)))
     now = feed(balancer, {0: 1.0, 1: 0.6}, now, 10)
     low, high = balancer.weights
-    assert low == 0.25 and high > 1.75  # at least a quarter of an even share, whatever the loads
+    assert low == MIN_WEIGHT and high > 1.9  # never nothing at all, whatever the loads
     feed(balancer, {0: 0.2, 1: 0.1}, now, 20)  # nobody is busy: back to equal
     assert balancer.weights is None
 
@@ -60,7 +65,7 @@ def test_weights_stay_bounded_and_average_one(loads, steps):
     balancer = LoadBalancer(len(loads))
     feed(balancer, dict(enumerate(loads)), 0.0, steps)
     weights = balancer.weights or (1.0,) * len(loads)
-    assert all(0.25 <= w <= 4.0 for w in weights)
+    assert all(MIN_WEIGHT <= w <= MAX_WEIGHT for w in weights)
     assert abs(sum(weights) / len(weights) - 1.0) < 0.2
     busiest, idlest = max(range(len(loads)), key=loads.__getitem__), min(range(len(loads)), key=loads.__getitem__)
     assert weights[busiest] <= weights[idlest]
@@ -170,3 +175,67 @@ def test_with_acking_off_the_busy_workers_task_gets_fewer_shuffled_tuples_too(sp
     spout_side, other = run_busy({"topology.acker.executors": 0}).values()
     assert spout_side + other == 4000
     assert other > spout_side
+
+
+# -- a topology: a shuffle between two bolts spread alike over the workers keeps to each worker -----------------
+class Numbers(Spout):
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        if self.next < 4000:
+            self.collector.emit([self.next], msg_id=self.next)
+            self.next += 1
+
+
+class Relay(BasicBolt):
+    """Passes each number on with the process it went through."""
+
+    outputs = ("n", "relay_pid")
+
+    def execute(self, tup, collector):
+        collector.emit([tup.values[0], os.getpid()])
+
+
+class Mark(BasicBolt):
+    """Writes each number, the relay's process and its own to a file of its task's."""
+
+    outputs = ()
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def prepare(self, conf, context):
+        self.out = open(os.path.join(self.directory, f"mark-{context.task_id}-{os.getpid()}"), "a")  # noqa: SIM115
+
+    def execute(self, tup, collector):
+        self.out.write(f"{tup.values[0]} {tup.values[1]} {os.getpid()}\n")
+        self.out.flush()
+
+
+def relayed(directory: Path, conf: dict) -> list[tuple[int, int, int]]:
+    b = TopologyBuilder()
+    b.set_spout("numbers", Numbers())
+    b.set_bolt("relay", Relay(), 2).shuffle_grouping("numbers")
+    b.set_bolt("mark", Mark(str(directory)), 2).shuffle_grouping("relay")
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology("relayed", {"squall.workers": 2, **conf}, b.build())
+        deadline = time.monotonic() + 120
+        while run.stats.of("numbers").acked < 4000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
+    rows = [tuple(map(int, line.split())) for f in directory.iterdir() for line in f.read_text().splitlines()]
+    assert {n for n, _, _ in rows} == set(range(4000))
+    return rows
+
+
+def test_a_shuffle_between_bolts_spread_alike_keeps_to_each_worker(spark, tmp_path):
+    (tmp_path / "aware").mkdir()
+    rows = relayed(tmp_path / "aware", {})
+    assert len({mark for _, _, mark in rows}) == 2  # both workers' mark tasks got numbers
+    assert all(relay == mark for _, relay, mark in rows)  # none crossed a link
+    (tmp_path / "plain").mkdir()
+    rows = relayed(tmp_path / "plain", {"topology.disable.loadaware.messaging": True})
+    assert any(relay != mark for _, relay, mark in rows)  # a plain shuffle sends some across

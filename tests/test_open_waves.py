@@ -4,6 +4,8 @@ moments, and what they emit travels at once (``squall/spark/open_wave.py``).
 * The rules, as a state machine under hypothesis, on simulated time.
 * A spout that emits its next tuple only once the last was acked gets all of its trees acked within one wave:
   each ack reaches it while the wave is open, and the next emit goes out in the same wave.
+* A wave's burst leaves in slices: a bolt on another worker executes its first tuples while the spout is still
+  being called in it.
 * A worker lost while waves of many parts were in flight: each part was logged as it left, the waves run again
   from the logs whole, every message is acked exactly once and no word is counted twice.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 from components import CrashOnce, RequeueingFeeder, WordCount
 from hypothesis import settings
@@ -160,6 +163,61 @@ def test_without_open_waves_each_tree_waits_for_a_wave_of_its_own(spark):
     assert ping_pong_waves({"squall.wave.open.ms": 0}) >= TREES
 
 
+# -- a burst leaves in slices ---------------------------------------------------------------------------------------
+class WaitsForABolt(Spout):
+    """Emits 0 to 99; before 40 (in the first wave, which allows 64 calls) it waits up to ``patience`` seconds for a
+    bolt to have executed anything, and writes down whether one had."""
+
+    outputs = ("n",)
+
+    def __init__(self, directory: str, patience: float) -> None:
+        self.directory, self.patience = Path(directory), patience
+
+    def open(self, conf, context, collector):
+        self.collector, self.next = collector, 0
+
+    def next_tuple(self):
+        if self.next >= 100:
+            return
+        if self.next == 40:
+            deadline = time.monotonic() + self.patience
+            while not (self.directory / "executed").exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            (self.directory / "waited").write_text("saw" if (self.directory / "executed").exists() else "alone")
+        self.collector.emit([self.next], msg_id=self.next)
+        self.next += 1
+
+
+class Touch(BasicBolt):
+    outputs = ()
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def execute(self, tup, collector):
+        (self.directory / "executed").touch()
+
+
+def mid_burst(directory: Path, conf: dict) -> str:
+    """Whether a bolt executed a tuple of the first wave while its spout was still being called in it."""
+    b = TopologyBuilder()
+    b.set_spout("numbers", WaitsForABolt(str(directory), patience=5.0))
+    b.set_bolt("touch", Touch(str(directory)), 2).shuffle_grouping("numbers")  # one on the other worker
+    with LocalCluster() as cluster:
+        cluster.submit_topology("slices", {"squall.workers": 2, **conf}, b.build())
+        stats = cluster.wait_idle("slices", timeout=120)
+        assert not cluster.failures
+    assert stats.of("numbers").acked == 100 and stats.of("numbers").failed == 0
+    return (directory / "waited").read_text()
+
+
+def test_a_bursts_first_slices_leave_while_its_spout_is_still_called(spark, tmp_path):
+    (tmp_path / "sliced").mkdir()
+    assert mid_burst(tmp_path / "sliced", {"squall.wave.spout.slice": 8}) == "saw"
+    (tmp_path / "whole").mkdir()
+    assert mid_burst(tmp_path / "whole", {"squall.wave.spout.slice": 0}) == "alone"
+
+
 # -- a worker lost with waves of many parts in flight --------------------------------------------------------------
 
 
@@ -170,10 +228,12 @@ def test_a_worker_lost_with_waves_of_many_parts_in_flight_loses_nothing(cluster,
     b.set_spout("s", spout)
     b.set_bolt("crasher", CrashOnce(str(marker)), 2).shuffle_grouping("s")
     b.set_bolt("count", WordCount(), 2).fields_grouping("crasher", ["word"])
-    # Two trees pending at most: a wave's burst emits two, and each ack lets one more go in a part of the open wave.
+    # Two trees pending at most: a wave's burst emits two, each in a slice of its own, and each ack lets one more go
+    # in a part of the open wave.
     conf = {
         "squall.checkpoint.dir": str(tmp_path / "checkpoints"),
         "squall.wave.open.ms": 200,
+        "squall.wave.spout.slice": 1,
         "topology.max.spout.pending": 2,
     }
     run = cluster.submit_for_capture("parts", conf, b.build())

@@ -61,6 +61,8 @@ SQUALL_WAVE_OPEN_MS = "squall.wave.open.ms"
 SQUALL_WAVE_OPEN_CALL_MS = "squall.wave.open.call.ms"  # how often the spouts of an open wave are called
 # An open wave ends when its spouts emit nothing this long (at least twice squall.wave.open.call.ms)
 SQUALL_WAVE_OPEN_DRY_MS = "squall.wave.open.dry.ms"
+# A wave's burst leaves in parts of this many emits per spout task, so its bolts start before the burst ends (0: whole)
+SQUALL_WAVE_SPOUT_SLICE = "squall.wave.spout.slice"
 # Where transactional progress is kept: a SQLite file (a path, or sqlite:///path) or zookeeper://host:port/root
 SQUALL_UI_PORT = "squall.ui.port"  # the web UI, REST API and /metrics (None: not served; 0: any free port)
 SQUALL_UI_HOST = "squall.ui.host"
@@ -130,6 +132,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WAVE_OPEN_MS: 50.0,
     SQUALL_WAVE_OPEN_CALL_MS: 4.0,
     SQUALL_WAVE_OPEN_DRY_MS: 10.0,
+    SQUALL_WAVE_SPOUT_SLICE: 2048,
     SQUALL_UI_PORT: None,
     SQUALL_UI_HOST: "127.0.0.1",
     SQUALL_TRANSACTIONAL_STORE: ".squall-state/transactional.sqlite",
@@ -293,6 +296,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WAVE_OPEN_MS: _non_negative_number,
     SQUALL_WAVE_OPEN_CALL_MS: _positive_number,
     SQUALL_WAVE_OPEN_DRY_MS: _positive_number,
+    SQUALL_WAVE_SPOUT_SLICE: _int_at_least(0),
     SQUALL_UI_PORT: _optional(_port),
     SQUALL_UI_HOST: _non_empty_str,
     SQUALL_TRANSACTIONAL_STORE: _store,

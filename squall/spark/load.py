@@ -24,10 +24,10 @@ import numpy as np
 from squall.model.groupings import ShuffledRing
 
 LOAD_WINDOW_SECS = 0.25  # a worker's load is measured over at least this long
-GAIN = 2.0  # how far one measurement moves a weight: toward equal loads, a tenth for loads 0.05 apart
+GAIN = 4.0  # how far one measurement moves a weight toward equal loads: a fifth for two loads 0.1 apart
 DEADBAND = 0.03  # loads this close to the mean move nothing
 BUSY = 0.5  # while no worker is this busy nobody waits on anybody: the weights drift back to equal
-MIN_WEIGHT, MAX_WEIGHT = 0.25, 4.0  # a worker gets at least a quarter, at most four times, its even share
+MIN_WEIGHT, MAX_WEIGHT = 0.02, 4.0  # a worker gets at least a fiftieth, at most four times, its even share
 RING = 100  # the picker's choices per target, as Storm's ring of choices
 PICKS_AT_ONCE = 4096  # the picks a shuffle takes from its ring at a time
 
@@ -74,7 +74,7 @@ class LoadBalancer:
             if idle:
                 weights[worker] += (1.0 - weights[worker]) / 2
             elif abs(load - mean) > DEADBAND:
-                weights[worker] *= 1.0 + GAIN * (mean - load)
+                weights[worker] *= min(2.0, max(0.5, 1.0 + GAIN * (mean - load)))  # at most halved or doubled
         total = sum(weights) / self.workers
         for worker in range(self.workers):
             weight = min(MAX_WEIGHT, max(MIN_WEIGHT, weights[worker] / total))

@@ -46,6 +46,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 
+from squall.model.config import DEFAULTS, SQUALL_WAVE_SPOUT_SLICE
 from squall.model.topology import Topology
 from squall.reliability.ack_gate import AckGate, AcksArrived, ApplyAcks, CheckpointReleased, WaveCommitted
 from squall.reliability.acks import AckBatch
@@ -134,6 +135,7 @@ class WorkerSpouts:
         self.readers = {component: self.topology.reader_tasks(component) for component in self.topology.spouts}
         self.gate = AckGate(bolt_tasks, applied)  # when the bolts' acks are applied (``squall/reliability``)
         self.open_wave = OpenWave(open_wave_settings(conf))  # when the spouts are called between waves
+        self.slice = int(conf.get(SQUALL_WAVE_SPOUT_SLICE, DEFAULTS[SQUALL_WAVE_SPOUT_SLICE]))
         self.opened: WaveInput | None = None  # the wave whose spout part is open
         self.waiting: list[WaveInput] = []  # waves whose spout part waits for the open one to end
 
@@ -190,13 +192,26 @@ class WorkerSpouts:
         if self.trees is not None:
             self.trees.wave = message.wave
         self.host.begin_wave()
-        emits = self.host.call(message.spout_calls)  # an open() that raises stops the run: TaskSetupError
+        emits = self._burst(message, send)  # an open() that raises stops the run: TaskSetupError
         by_source = self.host.take_wave()
         if not self.open_wave.burst(time.monotonic(), emits, self._spent(message), self.host.active):
             return self._end(message, worker, by_source, send)
         self._send_part(message, by_source, send)
         self.opened = message
         return None
+
+    def _burst(self, message: WaveInput, send: Callable[[Batch], None]) -> int:
+        """The wave's first calls, in slices of ``squall.wave.spout.slice`` emits a spout task: what each slice
+        but the last emitted leaves at once, as an open wave's parts do, so the bolts downstream (on the other
+        workers above all) start on the wave while the spouts are still called. Returns the emits."""
+        calls, emits = message.spout_calls, 0
+        for upto in range(self.slice, calls, self.slice) if self.slice else ():
+            emitted = self.host.call(upto)
+            emits += emitted
+            if not emitted:
+                return emits
+            self._send_part(message, self.host.take_wave(), send)
+        return emits + self.host.call(calls)
 
     def open_due(self, now: float) -> CallSpouts | EndSpoutPart | WaitUntil | None:
         """What the open wave's spout part needs at an idle moment of the worker (None: no wave is open)."""
