@@ -18,6 +18,7 @@ The figures a user's topology is judged by:
   unacked back to back, so that both sides run in the same minutes of the machine;
 - ``squall_acking_on_vs_off_time_ratio``: three pairs of runs, acking on then off, the median pair's ratio;
 - ``squall_half_capacity_complete_latency_p50_ms`` and ``_p99_ms``: the spout paced at half the acked throughput
+  (the median of the four acked runs of the default configuration, ``squall_acked_default_median_words_per_second``)
   for ``--latency-secs`` (30 s), the latency from each sentence's emit to its ``ack`` as the spout sees it;
   beside it, what that run cost: its waves a second, and the cores and CPU a word its Python workers used
   (``squall_half_capacity_workers_cores``, ``_cpu_us_per_word``), against ``workers_cpu_us_per_word`` at full
@@ -55,6 +56,7 @@ import operator
 import os
 import random
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -554,8 +556,8 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
     if args.only == "encryption":
         encryption_figures(sentences, words)
         return
-    if args.only == "latency":  # capacity from two acked runs, then three latency runs at half of it
-        default_secs = min(squall_throughput(sentences, {})[0] for _ in range(2))
+    if args.only == "latency":  # capacity from three acked runs, then three latency runs at half of it
+        default_secs = statistics.median(squall_throughput(sentences, {})[0] for _ in range(3))
         for _ in range(3):
             latency_figures(sentences, default_secs, args.latency_secs)
         print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.1f}")
@@ -568,7 +570,8 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
     if args.only == "acking":
         acking_figures(sentences, words)
         return
-    default_secs = throughput_figures(sc, sentences, words)
+    acked_runs = throughput_figures(sc, sentences, words)
+    default_secs = min(acked_runs)
     if args.only == "throughput":
         return
     local_secs = min(squall_throughput(sentences, {}, local_sink=True)[0] for _ in range(2))
@@ -582,7 +585,8 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
         print(f"squall_acked_wave{batch}_words_per_second={words / seconds:.0f} (waves={waves})")
         best = min(best, seconds)
     # The default once more after the tuned runs, so that neither side has only the earlier (colder) runs.
-    default_secs = min(default_secs, squall_throughput(sentences, {})[0])
+    acked_runs.append(squall_throughput(sentences, {})[0])
+    default_secs = min(acked_runs)
     print(f"squall_acked_default_best_words_per_second={words / default_secs:.0f}")
     print(f"squall_default_vs_best_tuned_throughput={best / default_secs:.2f}")
 
@@ -595,34 +599,34 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
     exactly_once_figures(sentences, words, args.per_partition)
     encryption_figures(sentences, words)
 
-    latency_figures(sentences, default_secs, args.latency_secs)
+    print(f"squall_acked_default_median_words_per_second={words / statistics.median(acked_runs):.0f}")
+    latency_figures(sentences, statistics.median(acked_runs), args.latency_secs)
     print(f"squall_idle_round_trip_p50_ms={squall_round_trip({}):.1f}")
 
 
-def throughput_figures(sc, sentences: list[str], words: int) -> float:
+def throughput_figures(sc, sentences: list[str], words: int) -> list[float]:
     """Plain PySpark combining at its best of two; then three rounds, each of PySpark carrying every word, squall
     acked and squall unacked, back to back, so that both sides see the same minutes of the machine. The ratios of
     squall's best acked and unacked runs to PySpark carrying's best, and the acking pairs. Returns the best acked
-    run's seconds."""
+    runs' seconds."""
     combining = min(pyspark_combining(sc, sentences) for _ in range(2))
     print(f"pyspark_combining_words_per_second={words / combining:.0f}")
     rounds: list[float] = []
-    default_secs, unacked_secs = acking_figures(
-        sentences, words, lambda: rounds.append(pyspark_carrying(sc, sentences))
-    )
+    acked_runs, unacked_secs = acking_figures(sentences, words, lambda: rounds.append(pyspark_carrying(sc, sentences)))
+    default_secs = min(acked_runs)
     carrying = min(rounds)
     print(f"pyspark_carrying_words_per_second={words / carrying:.0f}")
     print(f"squall_acked_vs_pyspark_carrying_throughput={carrying / default_secs:.3f}")
     print(f"squall_unacked_vs_pyspark_carrying_throughput={carrying / unacked_secs:.3f}")
-    return default_secs
+    return acked_runs
 
 
 def acking_figures(
     sentences: list[str], words: int, before_each: Callable[[], object] | None = None
-) -> tuple[float, float]:
+) -> tuple[list[float], float]:
     """Three pairs of runs, acking on then off, back to back (each after ``before_each()``, if given). Throughput
     is the best run of each; the acking ratio is the median of the three pairs' ratios, so that one run the machine
-    slowed or sped does not decide it. Returns the best acked and the best unacked run's seconds."""
+    slowed or sped does not decide it. Returns the acked runs' seconds and the best unacked run's."""
     runs = []
     for _ in range(3):
         if before_each is not None:
@@ -636,7 +640,7 @@ def acking_figures(
     print(f"squall_unacked_default_words_per_second={words / unacked_secs:.0f}")
     print(f"squall_acking_on_vs_off_pair_ratios={','.join(f'{r:.3f}' for r in pair_ratios)}")
     print(f"squall_acking_on_vs_off_time_ratio={pair_ratios[1]:.3f}")
-    return default_secs, unacked_secs
+    return [acked[0] for acked, _ in runs], unacked_secs
 
 
 def encryption_figures(sentences: list[str], words: int) -> None:
@@ -654,8 +658,9 @@ def encryption_figures(sentences: list[str], words: int) -> None:
 
 
 def latency_figures(sentences: list[str], default_secs: float, seconds: float) -> None:
-    """Complete latency with the spout paced at half the default configuration's acked throughput, for
-    ``seconds``: as many sentences as that takes, drawn as the others are."""
+    """Complete latency with the spout paced at half the default configuration's acked throughput (``default_secs``
+    a run: the median of its acked runs, which a minute the machine sped up does not decide), for ``seconds``: as
+    many sentences as that takes, drawn as the others are."""
     rate = len(sentences) / default_secs / 2
     paced = make_sentences(max(1, int(rate * seconds)) * WORDS_PER_SENTENCE, seed=11)
     load: dict[str, float] = {}
