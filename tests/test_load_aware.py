@@ -66,7 +66,7 @@ def test_weights_stay_bounded_and_average_one(loads, steps):
     feed(balancer, dict(enumerate(loads)), 0.0, steps)
     weights = balancer.weights or (1.0,) * len(loads)
     assert all(MIN_WEIGHT <= w <= MAX_WEIGHT for w in weights)
-    assert abs(sum(weights) / len(weights) - 1.0) < 0.2
+    assert abs(sum(weights) / len(weights) - 1.0) < 0.01
     busiest, idlest = max(range(len(loads)), key=loads.__getitem__), min(range(len(loads)), key=loads.__getitem__)
     assert weights[busiest] <= weights[idlest]
 

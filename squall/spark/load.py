@@ -75,9 +75,7 @@ class LoadBalancer:
                 weights[worker] += (1.0 - weights[worker]) / 2
             elif abs(load - mean) > DEADBAND:
                 weights[worker] *= min(2.0, max(0.5, 1.0 + GAIN * (mean - load)))  # at most halved or doubled
-        total = sum(weights) / self.workers
-        for worker in range(self.workers):
-            weight = min(MAX_WEIGHT, max(MIN_WEIGHT, weights[worker] / total))
+        for worker, weight in enumerate(bounded_mean_one(weights)):
             weights[worker] = 1.0 if abs(weight - 1.0) < 1e-3 else weight
         self.loads.clear()
 
@@ -85,6 +83,25 @@ class LoadBalancer:
         """The run starts again on ``workers`` workers: loads and weights start over."""
         self.workers, self.loads, self._clock = workers, {}, {}
         self._weights = [1.0] * workers
+
+
+def bounded_mean_one(weights: list[float]) -> list[float]:
+    """``weights`` scaled to average one, each kept between ``MIN_WEIGHT`` and ``MAX_WEIGHT``: those that pass a
+    bound are held at it, and the rest scaled again to make up the average."""
+    held: dict[int, float] = {}
+    while True:
+        free = [i for i in range(len(weights)) if i not in held]
+        if not free:
+            return [held[i] for i in range(len(weights))]
+        scale = (len(weights) - sum(held.values())) / (sum(weights[i] for i in free) or 1.0)
+        passed = {
+            i: MAX_WEIGHT if weights[i] * scale > MAX_WEIGHT else MIN_WEIGHT
+            for i in free
+            if not MIN_WEIGHT <= weights[i] * scale <= MAX_WEIGHT
+        }
+        if not passed:
+            return [held[i] if i in held else weights[i] * scale for i in range(len(weights))]
+        held.update(passed)
 
 
 class TaskWeights:
