@@ -66,18 +66,49 @@ class Sink(BasicBolt):
         pass
 
 
-def one_worker(tmp_path):
+def one_worker(tmp_path, spout: Spout | None = None, conf: dict | None = None):
     """The spout and acker tasks of ``numbers -> sink`` on one worker, logging under ``tmp_path``: the
     ``WorkerSpouts``, its ``SnapshotStore``, and the spout's and the sink's task ids."""
     b = TopologyBuilder()
-    b.set_spout("numbers", Numbers(str(tmp_path)))
+    b.set_spout("numbers", spout or Numbers(str(tmp_path)))
     b.set_bolt("sink", Sink()).shuffle_grouping("numbers")
     topology = b.build()
     (spout_task,), (sink_task,) = topology.task_ids("numbers"), topology.task_ids("sink")
     settings = RunSettings(RUN, seed=1, acking=True, capture=False, num_ackers=1)
     store = SnapshotStore(str(tmp_path), RUN, BlobSealer(KEY))
-    spouts = WorkerSpouts(shipped_here(topology, {}), settings, [spout_task], [0], 1, 0, store)
+    spouts = WorkerSpouts(shipped_here(topology, conf or {}), settings, [spout_task], [0], 1, 0, store)
     return spouts, store, spout_task, sink_task
+
+
+class Trickle(Spout):
+    """Has a tuple at every other call, as a source read while it is being written to."""
+
+    outputs = ("n",)
+
+    def open(self, conf, context, collector):
+        self.collector, self.next, self.calls = collector, 0, 0
+
+    def next_tuple(self):
+        self.calls += 1
+        if self.calls % 2:
+            self.collector.emit([self.next], msg_id=self.next)
+            self.next += 1
+
+
+def test_a_burst_leaves_in_slices_and_ends_at_the_first_slice_a_spout_ran_short_in(tmp_path):
+    spouts, _, _, _ = one_worker(tmp_path / "full", conf={"squall.wave.spout.slice": 4})
+    sent = []
+    spouts.run_wave(WaveInput(0, 1, None, (), spout_calls=10), 0, sent.append)
+    assert [[n for _, (n,) in batch.rows()] for batch in sent] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [batch.last for batch in sent] == [False, False, True]
+
+    # A spout with a tuple now and then ends the burst at its first slice: the rest is the open wave's, called at
+    # the worker's idle moments, rather than a part for every tuple or two that came meanwhile.
+    spouts, _, _, _ = one_worker(tmp_path / "trickle", Trickle(), {"squall.wave.spout.slice": 4})
+    sent = []
+    spouts.run_wave(WaveInput(0, 1, None, (), spout_calls=10), 0, sent.append)
+    assert [[n for _, (n,) in batch.rows()] for batch in sent] == [[0]]
+    assert spouts.opened is not None  # the wave stays open for more
 
 
 def test_the_emits_leave_first_and_a_tree_is_acked_only_once_its_wave_is_logged(tmp_path):

@@ -194,7 +194,7 @@ class WorkerSpouts:
         self.host.begin_wave()
         emits = self._burst(message, send)  # an open() that raises stops the run: TaskSetupError
         by_source = self.host.take_wave()
-        if not self.open_wave.burst(time.monotonic(), emits, self._spent(message), self.host.active):
+        if not self.open_wave.burst(time.monotonic(), emits, self._spent(message.spout_calls), self.host.active):
             return self._end(message, worker, by_source, send)
         self._send_part(message, by_source, send)
         self.opened = message
@@ -206,10 +206,9 @@ class WorkerSpouts:
         workers above all) start on the wave while the spouts are still called. Returns the emits."""
         calls, emits = message.spout_calls, 0
         for upto in range(self.slice, calls, self.slice) if self.slice else ():
-            emitted = self.host.call(upto)
-            emits += emitted
-            if not emitted:
-                return emits
+            emits += self.host.call(upto)
+            if not self._spent(upto):  # a spout task ran short in this slice: the burst ends with it, for a spout
+                return emits  # that trickles (a paced one) would keep it going a slice of a few tuples at a time
             self._send_part(message, self.host.take_wave(), send)
         return emits + self.host.call(calls)
 
@@ -225,7 +224,7 @@ class WorkerSpouts:
         emits = self.host.call(message.spout_calls)
         if emits:
             self._send_part(message, self.host.take_wave(), send)
-        self.open_wave.called(time.monotonic(), emits, self._spent(message))
+        self.open_wave.called(time.monotonic(), emits, self._spent(message.spout_calls))
 
     def end_open(self, worker: int, send: Callable[[Batch], None]) -> list[SpoutReport]:
         """The open wave's spout part ends: its ``last`` batches leave and its report is made; the waves that
@@ -240,9 +239,9 @@ class WorkerSpouts:
                 reports.append(report)
         return reports
 
-    def _spent(self, message: WaveInput) -> bool:
-        """Every spout task here made all the emits the wave allows it."""
-        calls, emitted = message.spout_calls, self.host.wave_emits
+    def _spent(self, calls: int) -> bool:
+        """Every spout task here made ``calls`` emits in the wave (all it allows, for ``spout_calls``)."""
+        emitted = self.host.wave_emits
         return all(emitted.get(s.task, 0) >= calls for s in self.host.tasks)
 
     def _send_part(
