@@ -4,7 +4,9 @@ pickers that follow them, and a topology whose busy worker gets fewer shuffled t
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -123,19 +125,28 @@ class Work(BasicBolt):
         pass
 
 
+def on_two_workers(name: str, topology: Any, conf: dict, done: Callable[[Any], bool]) -> Any:
+    """``topology`` on two workers until ``done(its stats)``; its stats, once the spout ``numbers`` had its
+    4,000 trees acked and none failed."""
+    with LocalCluster() as cluster:
+        run = cluster.submit_topology(name, {"squall.workers": 2, **conf}, topology)
+        deadline = time.monotonic() + 120
+        while not done(run.stats) and time.monotonic() < deadline and not cluster.failures:
+            time.sleep(0.05)
+        assert not cluster.failures
+        assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
+        return run.stats
+
+
 def run_busy(conf: dict) -> dict[int, int]:
     b = TopologyBuilder()
     b.set_spout("numbers", BusySpout())
     b.set_bolt("work", Work(), 2).shuffle_grouping("numbers")
-    with LocalCluster() as cluster:
-        run = cluster.submit_topology("busy", {"squall.workers": 2, **conf}, b.build())
-        deadline = time.monotonic() + 120
-        while (
-            run.stats.of("numbers").acked < 4000 or run.stats.of("work").executed < 4000
-        ) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
-        return {task: run.stats.of_task("work", task).executed for task in run.topology.task_ids("work")}
+    topology = b.build()
+    stats = on_two_workers(
+        "busy", topology, conf, lambda stats: stats.of("numbers").acked >= 4000 and stats.of("work").executed >= 4000
+    )
+    return {task: stats.of_task("work", task).executed for task in topology.task_ids("work")}
 
 
 def test_the_busy_workers_task_gets_fewer_shuffled_tuples(spark):
@@ -220,12 +231,7 @@ def relayed(directory: Path, conf: dict) -> list[tuple[int, int, int]]:
     b.set_spout("numbers", Numbers())
     b.set_bolt("relay", Relay(), 2).shuffle_grouping("numbers")
     b.set_bolt("mark", Mark(str(directory)), 2).shuffle_grouping("relay")
-    with LocalCluster() as cluster:
-        run = cluster.submit_topology("relayed", {"squall.workers": 2, **conf}, b.build())
-        deadline = time.monotonic() + 120
-        while run.stats.of("numbers").acked < 4000 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.stats.of("numbers").acked == 4000 and run.stats.of("numbers").failed == 0
+    on_two_workers("relayed", b.build(), conf, lambda stats: stats.of("numbers").acked >= 4000)
     rows = [tuple(map(int, line.split())) for f in directory.iterdir() for line in f.read_text().splitlines()]
     assert {n for n, _, _ in rows} == set(range(4000))
     return rows

@@ -165,23 +165,22 @@ class Routes:
 
     def _candidates(self, bolt: str, grouping: Any) -> tuple[int, ...]:
         tasks = self._topology.task_ids(bolt)
+        local = tuple(t for t in tasks if t in self._local_tasks)
         if isinstance(grouping, LocalOrShuffleGrouping):
-            local = tuple(t for t in tasks if t in self._local_tasks)
             return local or tasks
         if self._weights is not None and type(grouping) in (ShuffleGrouping, NoneGrouping):
-            return self._worker_local(tasks) or tasks
+            return local if local and self._spread_alike(len(local), len(tasks)) else tasks
         return tasks
 
-    def _worker_local(self, tasks: tuple[int, ...]) -> tuple[int, ...]:
-        """A load-aware shuffle's targets in this worker, when keeping to them moves no work between workers:
-        Storm 2's shuffle starts in its worker (``LoadAwareShuffleGrouping``'s ``WORKER_LOCAL`` scope). This
-        worker must hold the same share of the emitting component's tasks as of the targets, or its tasks would
-        take more or less than their share; otherwise (a spout's worker, say) nothing, and the shuffle deals over
-        every target by the workers' load weights."""
-        local = tuple(t for t in tasks if t in self._local_tasks)
+    def _spread_alike(self, local: int, targets: int) -> bool:
+        """Whether a load-aware shuffle may keep to its ``local`` targets in this worker (of ``targets``): Storm 2's
+        shuffle starts in its worker (``LoadAwareShuffleGrouping``'s ``WORKER_LOCAL`` scope), and squall's does
+        where that moves no work between workers, this worker holding the same share of the emitting component's
+        tasks as of the targets. Otherwise (a spout's worker, say) the shuffle deals over every target by the
+        workers' load weights."""
         sources = self._topology.task_ids(self._component)
         here = sum(1 for t in sources if t in self._local_tasks)
-        return local if here * len(tasks) == len(local) * len(sources) else ()
+        return here * targets == local * len(sources)
 
     def picker(self, stream: str) -> Picker | None:
         """For a stream read by one bolt whose grouping sends each tuple to one task: values -> that task."""
