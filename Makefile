@@ -8,6 +8,7 @@ HOT_PATH := squall/model/tuple.py squall/model/tuple.pxd squall/model/groupings.
 	squall/model/attempt.py \
 	squall/model/_keyhash.pyx \
 	squall/spark/collectors.py squall/spark/collectors.pxd squall/spark/_atomic.pyx squall/reliability/_xor_fold.pyx \
+	squall/reliability/_acker_merge.pyx \
 	squall/spark/execution.py squall/spark/execution.pxd \
 	squall/spark/spouts.py squall/spark/load.py \
 	squall/connectors/kafka/spout.py \

@@ -89,6 +89,8 @@ def extensions() -> list[Extension]:
             Extension("squall.spark._atomic", ["squall/spark/_atomic.pyx"]),
             # a task's acks XOR-folded per root at the end of each wave
             Extension("squall.reliability._xor_fold", ["squall/reliability/_xor_fold.pyx"]),
+            # an acker task's merge of each batch of inits or acks into its pending roots
+            Extension("squall.reliability._acker_merge", ["squall/reliability/_acker_merge.pyx"]),
         ],
         language_level=3,
         quiet=True,

@@ -1,5 +1,5 @@
-"""The three C helpers (``_keyhash``, ``_atomic``, ``_xor_fold``) and the plain Python that runs where they are not
-built (a pure-Python install) give identical results.
+"""The four C helpers (``_keyhash``, ``_atomic``, ``_xor_fold``, ``_acker_merge``) and the plain Python that runs
+where they are not built (a pure-Python install) give identical results.
 
 Each caller imports its helper in a ``try``, and takes its Python path when the name is None: the tests compare
 the caller's results with the helper, then with the name set to None."""
@@ -12,16 +12,22 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from squall.model import groupings, hashing
 from squall.model.fields import Fields
-from squall.reliability import acks
+from squall.reliability import acker, acks
+from squall.reliability.acker import Acker, Acks, Init, Rotate, Withdraw
 from squall.reliability.acks import AckBatch
 from squall.spark import bolt_task
 
-HELPERS = ["squall.model._keyhash", "squall.spark._atomic", "squall.reliability._xor_fold"]
+HELPERS = [
+    "squall.model._keyhash",
+    "squall.spark._atomic",
+    "squall.reliability._xor_fold",
+    "squall.reliability._acker_merge",
+]
 
 KEYS = [
     "",
@@ -172,6 +178,76 @@ def test_acks_split_by_acker_task_alike_without_the_split_helper(monkeypatch):
     assert parts() == compiled
 
 
+ROOTS = st.integers(1, 24).map(lambda r: r * 0x9E3779B97F4A7C15 % 2**64)  # few, so that entries meet again
+ROWS = st.lists(st.tuples(ROOTS, st.integers(0, 3), st.integers(-1, 2), st.booleans(), st.booleans()), max_size=12)
+ACKER_EVENTS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["init", "acks", "withdraw"]), ROWS),
+        st.tuples(st.just("rotate"), st.just([])),
+    ),
+    max_size=40,
+)
+
+
+def run_acker(events: list, compiled: bool) -> list:
+    """Everything an acker says and holds as ``events`` go in: each event's settlement (its roots, tasks and how,
+    in order), and after each, the acker's two runs, column for column."""
+    saved = acker._merge_in_c
+    if not compiled:
+        acker._merge_in_c = None
+    try:
+        subject, seen = Acker(num_buckets=2), []
+        for kind, rows in events:
+            unique = list(
+                {root: (root, value, task, failed, reset) for root, value, task, failed, reset in rows}.values()
+            )
+            roots = np.array([r[0] for r in unique], np.uint64)
+            values = np.array([r[1] for r in unique], np.uint64)
+            if kind == "init":
+                event = Init(roots, values, np.array([max(r[2], 0) for r in unique], np.int64))
+            elif kind == "rotate":
+                event = Rotate()
+            else:
+                batch = AckBatch(
+                    roots, values, np.array([r[3] for r in unique], bool), np.array([r[4] for r in unique], bool)
+                )
+                event = Acks(batch) if kind == "acks" else Withdraw(batch)
+            out = subject.handle(event)
+            seen.append((out.roots.tolist(), out.tasks.tolist(), out.how.tolist(), len(subject)))
+            seen.append([[c.tolist() for c in run.columns()] for run in (subject._main, subject._delta)])
+        return seen
+    finally:
+        acker._merge_in_c = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(ACKER_EVENTS)
+def test_an_acker_settles_and_holds_alike_without_the_merge_helper(events):
+    pytest.importorskip("squall.reliability._acker_merge")
+    saved = acker._MIN_COMPACTION
+    acker._MIN_COMPACTION = 2  # the runs compact often, so both paths meet fresh mains, tombstones and deltas
+    try:
+        assert run_acker(events, compiled=True) == run_acker(events, compiled=False)
+    finally:
+        acker._MIN_COMPACTION = saved
+
+
+def test_the_merge_helper_rejects_what_the_numpy_path_rejects(monkeypatch):
+    pytest.importorskip("squall.reliability._acker_merge")
+    twice = Init(np.array([5, 5], np.uint64), np.array([1, 2], np.uint64), np.array([0, 0]))
+    bad_task = Init(np.array([5, 6], np.uint64), np.array([1, 2], np.uint64), np.array([0, 70_000]))
+    short = Init(np.array([5, 6], np.uint64), np.array([1], np.uint64), np.array([0, 0]))
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(acker, "_merge_in_c", None)
+        with pytest.raises(ValueError, match="one row per root"):
+            Acker().handle(twice)
+        with pytest.raises(ValueError, match="spout task id 70000 is outside"):
+            Acker().handle(bad_task)
+        with pytest.raises(ValueError, match="differ in length"):
+            Acker().handle(short)
+
+
 PROBE = """
 import json, sys
 for name in {helpers!r}:
@@ -179,12 +255,17 @@ for name in {helpers!r}:
 from squall.model import groupings, hashing
 from squall.model.fields import Fields
 from squall.reliability.acks import AckBatch, _xor_fold
+from squall.reliability.acker import ACKED, Acker, Acks, Init, _merge_in_c
 from squall.spark import bolt_task
 import numpy as np
-assert hashing._str_crc is None and groupings._str_pick is None and _xor_fold is None
+assert hashing._str_crc is None and groupings._str_pick is None and _xor_fold is None and _merge_in_c is None
 assert bolt_task._dict_atomic is None and bolt_task._items_atomic is None
 pick = groupings.FieldsGrouping(Fields(["w"])).picker(0, [1, 2, 3], Fields(["w"]))
 batch = AckBatch.reduce(np.array([4, 6, 4, 8], np.uint64), np.array([1, 2, 4, 8], np.uint64))
+tree = Acker()
+tree.handle(Init(batch.roots, batch.xors, np.array([0, 1, 2])))
+settled = tree.handle(Acks(batch))
+assert settled.pairs(ACKED) == [(0, 4), (1, 6), (2, 8)] and len(tree) == 0
 print(json.dumps([
     [hashing.stable_str_hash(k) for k in {keys!r}], [pick([k]) for k in {keys!r}],
     bolt_task._plain({{"a": 1}}), bolt_task._plain(["a", [1]]), batch.roots.tolist(), batch.xors.tolist(),

@@ -28,6 +28,10 @@ in two sorted runs: a large ``main`` run and a small ``delta`` run that takes ne
 searches; settled roots become tombstones. When the delta or the tombstones pass an eighth of the acker's
 entries, the runs are merged into a fresh ``main``. So an acker never holds more than 8/7 of its live entries,
 at most 19 * 8 / 7 < 22 bytes per pending root.
+
+A merge is one call into C (``_acker_merge.pyx``) where squall's extensions are built: a lightly loaded worker
+merges many small batches, and numpy's fixed cost per call would be most of each. Elsewhere it runs in numpy
+(``_merge_columns``), with the same results in the same order.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from typing import Any
 import numpy as np
 
 from squall.reliability.acks import AckBatch
+
+try:  # the merge in C where it was built (setup.py); else the numpy path below, with the same results
+    from squall.reliability._acker_merge import merge as _merge_in_c
+except ImportError:
+    _merge_in_c = None
 
 UNKNOWN_TASK = 0xFFFF
 MAX_SPOUT_TASK = UNKNOWN_TASK - 1
@@ -280,6 +289,27 @@ class Acker:
         """Merge rows reduced to one per root: ``xors`` the XOR of the root's init and ack values here,
         ``init_tasks`` its spout task where this holds its init (else -1), ``failed`` a fail was seen, ``reset`` a
         ``reset_timeout`` was seen; ``known_only``: roots not pending here are left out."""
+        if _merge_in_c is None:
+            return self._merge_columns(roots, xors, init_tasks, failed, reset, known_only)
+        settled, delta, live_change = _merge_in_c(
+            self._main.columns(),
+            self._delta.columns(),
+            np.ascontiguousarray(roots, np.uint64),
+            np.ascontiguousarray(xors, np.uint64),
+            None if init_tasks is None else np.ascontiguousarray(init_tasks, np.int64),
+            _flags(failed),
+            _flags(reset),
+            self._epoch,
+            known_only,
+        )
+        if delta is not None:
+            self._delta = _Run(*delta)
+        self._live += live_change
+        self._maybe_compact()
+        return NOTHING if settled is None else Settlement(*settled)
+
+    def _merge_columns(self, roots, xors, init_tasks, failed, reset, known_only) -> Settlement:
+        """``_merge`` in numpy, where the C merge is not built."""
         roots = np.asarray(roots, dtype=np.uint64)
         n = len(roots)
         xors = np.asarray(xors, dtype=np.uint64)
@@ -371,6 +401,10 @@ class Acker:
             expired.append(Settlement.of(run.keys[known], run.tasks[known], TIMED_OUT))
         self._maybe_compact()
         return Settlement.concat(expired)
+
+
+def _flags(column) -> np.ndarray | None:
+    return None if column is None else np.ascontiguousarray(column, bool).view(np.uint8)
 
 
 def _tasks_column(init_tasks, n: int) -> np.ndarray:
