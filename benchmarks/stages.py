@@ -1,7 +1,12 @@
 """Where a word's time goes in the workers, stage by stage: the benchmark's acked word count (as users write it)
 on a ``LocalCluster``, with py-spy sampling both Python workers while it runs.
 
-    python benchmarks/stages.py [--words 12000000] [--secs 10] [--rate 200] [--keep DIR]
+    python benchmarks/stages.py [--words 12000000] [--secs 10] [--rate 200] [--keep DIR] [--paced SENTENCES_PER_SEC]
+
+With ``--paced``, the spout gives that many sentences a second, as the latency runs of ``word_count.py`` do, and
+the µs a word are those of a lightly loaded topology: what each wave, part and message costs shows. Pausing the
+workers 200 times a second would put a paced run behind its pace, so ``--nonblocking`` samples without pausing
+them and without ``--native`` (the compiled stages then show as the Python that calls them).
 
 py-spy samples with ``--native``, so that the compiled modules' own lines show; that pauses each worker at every
 sample, so the run is slower than an unsampled one: read the shares, and the µs a word as what each stage takes of
@@ -72,9 +77,10 @@ def shares(paths: list[Path]) -> tuple[Counter, int]:
     return counts, total
 
 
-def sample(pids: list[int], secs: float, rate: int, directory: Path) -> list[Path]:
+def sample(pids: list[int], secs: float, rate: int, directory: Path, nonblocking: bool = False) -> list[Path]:
     outputs = [directory / f"worker-{pid}.txt" for pid in pids]
-    command = [Path(sys.executable).parent / "py-spy", "record", "--native", "--format", "raw"]
+    how = ["--nonblocking"] if nonblocking else ["--native"]
+    command = [Path(sys.executable).parent / "py-spy", "record", *how, "--format", "raw"]
     procs = [
         subprocess.Popen(
             [*map(str, command), "--pid", str(pid), "--duration", str(secs), "--rate", str(rate), "-o", str(out)],
@@ -94,8 +100,12 @@ def main() -> None:
     parser.add_argument("--secs", type=int, default=10, help="how long py-spy samples, once the run is going")
     parser.add_argument("--rate", type=int, default=200, help="py-spy's samples a second")
     parser.add_argument("--keep", help="a directory to keep py-spy's raw samples in")
+    parser.add_argument("--paced", type=int, help="sentences a second from the spout (default: as fast as it goes)")
+    parser.add_argument("--nonblocking", action="store_true", help="sample without pausing the workers, nor --native")
     args = parser.parse_args()
     sc, _ = spark_context("local[2]")
+    if args.paced:  # enough for the sampled seconds and the start before them
+        args.words = args.paced * (args.secs + 15) * WORDS_PER_SENTENCE
     sentences = make_sentences(args.words)
     directory = Path(args.keep or tempfile.mkdtemp(prefix="squall-stages-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -103,14 +113,16 @@ def main() -> None:
         cluster.submit_topology("warm", {}, topology(Sentences(sentences[:50_000])))
         cluster.wait_idle("warm")
         cluster.kill_topology("warm")
-        run = cluster.submit_topology("stages", {}, topology(Sentences(sentences)))
+        run = cluster.submit_topology("stages", {}, topology(Sentences(sentences, rate=args.paced)))
         while run.stats.of("sentences").acked < len(sentences) // 10:
             time.sleep(0.05)
         pids = [summary.pid for summary in run.scheduler.worker_summaries()]
         acked_before, started = run.stats.of("sentences").acked, time.monotonic()
-        found = sample(pids, args.secs, args.rate, directory)
+        found = sample(pids, args.secs, args.rate, directory, args.nonblocking)
         words = (run.stats.of("sentences").acked - acked_before) * WORDS_PER_SENTENCE
         elapsed = time.monotonic() - started
+        stats = run.stats.of("sentences")
+        p50, p99 = stats.latency_percentile(50), stats.latency_percentile(99)
         cluster.kill_topology("stages")
     sc.stop()
     counts, total = shares(found)
@@ -119,6 +131,7 @@ def main() -> None:
     serving_secs = total / args.rate
     print(f"stages_sampled_words_per_second={words / elapsed:.0f}")
     print(f"stages_serving_thread_us_per_word={serving_secs / words * 1e6:.2f}")
+    print(f"stages_complete_latency_p50_ms={p50:.1f} p99_ms={p99:.1f}")
     for name, n in counts.most_common():
         print(f"stage share={100 * n / total:5.1f}% us_per_word={serving_secs * n / total / words * 1e6:.2f} {name}")
     print(f"raw samples in {directory}")

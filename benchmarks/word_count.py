@@ -326,6 +326,11 @@ def squall_latency(sentences: list[str], rate: float, conf: dict, load: dict | N
         while stats.acked < len(sentences) and time.monotonic() < deadline:
             Submitted.check()
             time.sleep(0.01)
+        if stats.acked < len(sentences):  # its figures would be those of the part that ran: none are printed
+            raise RuntimeError(
+                f"the latency run acked {stats.acked} of {len(sentences)} sentences before its deadline; "
+                f"waves completed: {run.stats.waves}"
+            )
         if workers is not None:
             load.update(seconds=time.perf_counter() - started, waves=run.stats.waves, workers=workers.stop())
         return stats.latency_percentile(50), stats.latency_percentile(99)
