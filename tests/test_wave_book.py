@@ -1,7 +1,8 @@
 """The driver's rules for completing waves, driven as event lists: reports in any order, restarts in between.
 
 ``WaveBook`` is pure: these tests hand it ``WaveSent``, ``TaskReported``, ``SpoutsReported`` and
-``GenerationStarted`` events and check every instruction it returns against the rules.
+``GenerationStarted`` events and check every instruction it returns against the rules, and that every spout
+report delivered counts once: with its completed wave, or as ``SpoutsUncounted``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from squall.spark.wave_book import (
     CommitDue,
     GenerationStarted,
     SpoutsReported,
+    SpoutsUncounted,
     TaskReported,
     WaveBook,
     WaveCompleted,
@@ -36,18 +38,30 @@ class WaveBookMachine(RuleBasedStateMachine):
         self.undelivered: list[TaskReported | SpoutsReported] = []  # reports on the way, any generation
         self.completed: list[int] = []
         self.last_commit = 0
+        self.spout_reports_delivered: list[str] = []
+        self.spout_reports_counted: list[str] = []  # with a completed wave, or as SpoutsUncounted
         self._restart()
 
     def _restart(self) -> None:
         self.generation += 1
-        self.book.handle(GenerationStarted(self.generation, TASKS, self.spout_workers))
+        self._count(self.book.handle(GenerationStarted(self.generation, TASKS, self.spout_workers)))
         self.in_flight.clear()  # dropped: what runs again is sent again
         self.reported = {}
+        # every spout report delivered so far was for a wave now completed or dropped: each counted, once
+        assert sorted(self.spout_reports_counted) == sorted(self.spout_reports_delivered)
+
+    def _count(self, due: list) -> None:
+        for instruction in due:
+            if isinstance(instruction, SpoutsUncounted):
+                self.spout_reports_counted += instruction.spout_reports
+            elif isinstance(instruction, WaveCompleted):
+                self.spout_reports_counted += instruction.spout_reports.values()
 
     def _reports_for(self, wave: int) -> None:
         self.undelivered += [TaskReported(self.generation, wave, t, f"task {t} of {wave}") for t in TASKS]
         self.undelivered += [
-            SpoutsReported(self.generation, wave, w, f"spouts {w} of {wave}") for w in self.spout_workers
+            SpoutsReported(self.generation, wave, w, f"spouts {w} of {wave} in {self.generation}")
+            for w in self.spout_workers
         ]
 
     @rule(replay=st.booleans())
@@ -64,9 +78,15 @@ class WaveBookMachine(RuleBasedStateMachine):
             return
         event = self.undelivered.pop(data.draw(st.integers(0, len(self.undelivered) - 1)))
         due = self.book.handle(event)
+        self._count(due)
+        if isinstance(event, SpoutsReported):
+            self.spout_reports_delivered.append(event.report)
+        assert len(set(self.spout_reports_counted)) == len(self.spout_reports_counted), "a report counted twice"
         if event.generation != self.generation:
-            assert due == [], "a report of an older generation completed something"
+            expected = [SpoutsUncounted([event.report])] if isinstance(event, SpoutsReported) else []
+            assert due == expected, "a report of an older generation completed something, or did not count"
             return
+        due = [i for i in due if not isinstance(i, SpoutsUncounted)]  # a replayed wave's: counted above
         who = ("task", event.task) if isinstance(event, TaskReported) else ("spouts", event.worker)
         self.reported[event.wave].add(who)
         self._check(due)
@@ -93,7 +113,10 @@ class WaveBookMachine(RuleBasedStateMachine):
         for instruction in completed:
             assert instruction.flight == f"flight {instruction.wave}"
             assert set(instruction.reports) == TASKS and set(instruction.spout_reports) == self.spout_workers
-            assert all(r.endswith(f" of {instruction.wave}") for r in instruction.reports.values())
+            assert all(
+                f" of {instruction.wave}" in r
+                for r in [*instruction.reports.values(), *instruction.spout_reports.values()]
+            )
         commits = [i for i in due if isinstance(i, CommitDue)]
         assert [c.wave for c in commits] == expected
         assert all(c.generation == self.generation for c in commits)

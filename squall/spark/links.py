@@ -27,6 +27,7 @@ import struct
 import termios
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from squall.security.handshake import HandshakeFailed, LinkKeys, Session, client_handshake, server_handshake
@@ -174,6 +175,8 @@ class PeerLinks:
     def __init__(self, keys: LinkKeys, handshake_timeout: float = 10.0) -> None:
         self._keys = keys
         self._handshake_timeout = handshake_timeout
+        # Told (peer, why) when a link breaks: the worker tells the driver, which recovers if the peer lives on.
+        self.on_broken: Callable[[int, str], None] | None = None
         self._addresses: dict[int, tuple[str, int]] = {}
         self._sockets: dict[int, socket.socket] = {}
         self._sessions: dict[int, Session] = {}
@@ -202,8 +205,8 @@ class PeerLinks:
         return link
 
     def send(self, worker: int, message: Any) -> None:
-        """Send ``message`` to ``worker``; if its link is broken the message is dropped: the worker is lost, and
-        the driver runs the wave again once it has noticed."""
+        """Send ``message`` to ``worker``; if its link is broken the message is dropped, and ``on_broken`` is told
+        when it breaks: the driver runs the waves in flight again, whether the peer was lost or not."""
         if worker in self._broken:
             return
         frame = encode(message, PEER)
@@ -214,12 +217,16 @@ class PeerLinks:
             self.bytes_sent += len(record)
         except HandshakeFailed as exc:  # not this run's worker: it is sent nothing
             log.warning("worker %d's address did not prove the run's secret (%s); nothing sent to it", worker, exc)
-            self._drop(worker)
-            self._broken.add(worker)
-        except OSError as exc:  # a peer that stopped or was lost (the driver sees that too)
-            log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
-            self._drop(worker)
-            self._broken.add(worker)
+            self._broke(worker, f"its address did not prove the run's secret: {exc}")
+        except OSError as exc:  # a peer that stopped or was lost, or a connection that broke under both
+            log.warning("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
+            self._broke(worker, repr(exc))
+
+    def _broke(self, worker: int, why: str) -> None:
+        self._drop(worker)
+        self._broken.add(worker)
+        if self.on_broken is not None:
+            self.on_broken(worker, why)
 
     def unsent_bytes(self) -> int:
         """Bytes sent on the links that their peers have not yet acknowledged (the sockets' send queues)."""

@@ -354,6 +354,19 @@ class WorkerFailed:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class LinkBroken:
+    """Worker ``worker``'s link to ``peer`` broke in ``generation``: what it sent on it since is lost, and it sends
+    the peer nothing more until the next ``Assign``. If the peer was lost, its loss starts the next generation;
+    if it is still running, the driver starts one itself, and the waves in flight run again."""
+
+    generation: int
+    worker: int
+    peer: int
+    reason: str
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class Stop:
     fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
     active: bool = True  # False: a kill with a wait deactivated the spouts, which are told before closing

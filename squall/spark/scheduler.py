@@ -41,6 +41,7 @@ from squall.spark.protocol import (
     Assign,
     Commit,
     Hello,
+    LinkBroken,
     Release,
     RunSettings,
     SpoutReport,
@@ -60,6 +61,7 @@ from squall.spark.wave_book import (
     CommitDue,
     GenerationStarted,
     SpoutsReported,
+    SpoutsUncounted,
     TaskReported,
     WaveBook,
     WaveCompleted,
@@ -73,6 +75,7 @@ log = logging.getLogger("squall")
 
 READY_WARNING_SECS = 30.0
 STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing named in the log
+LINK_GRACE_SECS = 1.0  # a broken link's peer may be lost: its loss, if it comes this soon, starts the recovery
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 FINAL_REPORTS_SECS = 1.0  # after the worker job ends, how long its workers' last reports may still take to come
 
@@ -206,7 +209,8 @@ class WaveScheduler:
         self.recoveries = 0
         self.failure: TopologyFailed | None = None
         self.final_spouts: dict[int, tuple[str, SpoutStatus]] = {}  # the spouts' last counters, once closed
-        self.stopped_spouts: list[dict[int, tuple[str, SpoutStatus]]] = []  # those of spouts a relaunch stopped
+        # Counters of spout reports no completed wave carries: of spouts a relaunch stopped, of waves run again
+        self.stopped_spouts: list[dict[int, tuple[str, SpoutStatus]]] = []
         self._connections: dict[int, int] = {}  # worker -> connection
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -214,6 +218,7 @@ class WaveScheduler:
         self._stop: Stop | None = None  # what the workers are told as the run closes
         self._waiting_since = time.monotonic()
         self._lost_at: float | None = None  # when the run lost a worker it has not replaced yet
+        self._broken_links: dict[int, tuple[float, str]] = {}  # peer -> (when, why): a link to it broke
         self._executors_seen = self.job.executors()  # when it last chose its worker count
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
@@ -423,6 +428,10 @@ class WaveScheduler:
                 self._spout_report(message, done)
             elif isinstance(message, Hello):
                 self._hello(event.connection, message)
+            elif isinstance(message, LinkBroken):
+                if message.generation == self.generation and self.ready:  # else a new generation has new links
+                    why = f"worker {message.worker}'s link to worker {message.peer} broke ({message.reason})"
+                    self._broken_links.setdefault(message.peer, (time.monotonic(), why))
             elif isinstance(message, WorkerFailed):
                 self._fatal = fatal_message(RuntimeError(message.message))
                 log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
@@ -534,6 +543,8 @@ class WaveScheduler:
         if self.hub is None or self._closing:
             return
         now = time.monotonic()
+        if self.ready and self._broken_links:
+            self._recover_links(now)
         if not self.ready:
             lost_for = now - self._lost_at if self._lost_at is not None else 0.0
             remaining = sum(1 for worker in self._connections if worker < self.workers)  # of the Spark job's
@@ -552,21 +563,35 @@ class WaveScheduler:
             else:
                 self._executors_seen = executors  # one lost since is not a reason to grow when it comes back
 
+    def _recover_links(self, now: float) -> None:
+        """A link between two workers broke, and what it carried is lost; the worker at its far end is still
+        connected a grace period later (a lost one starts the next generation itself). Every worker starts again
+        from the last completed wave, as after a loss, and the waves in flight run again on new links. Links that
+        keep breaking stop the run, as workers that keep failing do."""
+        since, why = min(self._broken_links.values())
+        if now - since < LINK_GRACE_SECS:
+            return
+        self._lost(why)
+        if self.failure is None and len(self._connections) == self.hosts:
+            self._start_generation()
+
     def _warn_if_stalled(self, now: float) -> None:
         """Name the tasks the oldest wave in flight still waits for, once it has waited long."""
         flight = self.book.flights()[0]
         if now - flight.sent_at < STALL_WARNING_SECS:
             return
         self._stall_warned_at = now
-        _, missing, _ = self.book.oldest_missing()
+        _, missing, spout_workers = self.book.oldest_missing()
         log.warning(
-            "topology %s: wave %d (generation %d) in flight for %.0fs; no report yet from tasks %s on workers %s",
+            "topology %s: wave %d (generation %d) in flight for %.0fs; no report yet from tasks %s on workers %s, "
+            "nor from the spouts on workers %s",
             self.name,
             flight.wave,
             self.generation,
             now - flight.sent_at,
             missing,
             sorted({self.placement[t] for t in missing}),
+            spout_workers,
         )
 
     def _check_ready(self) -> None:
@@ -584,6 +609,7 @@ class WaveScheduler:
         """Every worker (re)starts its tasks from the snapshots of the last completed wave; the waves in flight
         go out again."""
         self.generation += 1
+        self._broken_links = {}  # the Assign below hands out the peers' addresses again: new links
         self.tasks_up = False  # until a wave of this generation completes
         self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.hosts)}
         messages = [
@@ -616,7 +642,7 @@ class WaveScheduler:
         # (their acks may have been applied): the acker tasks withdraw what they applied of those in flight and
         # take the run again's acks instead (AckGate).
         self.dropped_checkpoints.extend(f.checkpoint for f in self.book.flights() if f.checkpoint is not None)
-        self.book.handle(self._generation_started())
+        self._act(self.book.handle(self._generation_started()), [])
         self.next_wave = self.recovery.start(self.applied) + 1
         for replay in self.recovery.restart():
             flight = replace(replay, sent_at=time.monotonic())
@@ -637,10 +663,12 @@ class WaveScheduler:
             return
         self._act(self.book.handle(SpoutsReported(report.generation, report.wave, report.worker, report)), done)
 
-    def _act(self, instructions: list[WaveCompleted | CommitDue], done: list[CompletedWave]) -> None:
+    def _act(self, instructions: list[WaveCompleted | CommitDue | SpoutsUncounted], done: list[CompletedWave]) -> None:
         for instruction in instructions:
             if isinstance(instruction, WaveCompleted):
                 done.append(self._complete(instruction))
+            elif isinstance(instruction, SpoutsUncounted):  # what those spouts did counts, wave or not
+                self.stopped_spouts.extend(report.spouts for report in instruction.spout_reports)
             else:  # told the workers with the next wave: their spout logs and ack records up to the snapshot go
                 self._commit_due = Commit(instruction.generation, instruction.wave, self.recovery.wave)
 
@@ -713,7 +741,8 @@ class WaveScheduler:
             self.hub.wake()  # a poll waiting for events returns
 
     def take_stopped_spouts(self) -> list[dict[int, tuple[str, SpoutStatus]]]:
-        """The counters of spout tasks stopped since the last call (a relaunch), to fold into the run's."""
+        """The counters of spout tasks stopped since the last call (a relaunch), and of spout reports whose wave
+        ran again, to fold into the run's."""
         stopped, self.stopped_spouts = self.stopped_spouts, []
         return stopped
 

@@ -4,13 +4,16 @@ A wave completes when every bolt task of the current generation has reported it,
 spout tasks has reported its spouts' part; waves complete strictly in the order they were sent, whatever order
 their reports come in. The rules:
 
-* a report of an older generation is dropped: its wave runs again under the new one;
+* a report of an older generation is dropped: its wave runs again under the new one. What a spout worker's
+  report says its spout tasks did (emits, acks, fails) happened all the same, and counts (``SpoutsUncounted``);
 * a second report of the same wave from the same task (or spout worker) is a bug, and raises;
 * a wave that had completed and is sent again only to rebuild the tasks' state (``replay``) completes silently:
-  it was counted the first time;
+  it was counted the first time, but for the trees its spout reports say were settled meanwhile
+  (``SpoutsUncounted``);
 * when the ackers live on the workers, each completed wave makes its ``Commit`` due (``CommitDue``; the scheduler
   sends the latest one with the next wave), which tells the workers the last complete snapshot;
-* a new generation drops the waves in flight with their reports: the scheduler sends them again.
+* a new generation drops the waves in flight with their reports: the scheduler sends them again. The spout
+  reports among them count (``SpoutsUncounted``): every spout report counts once, with its wave or without it.
 
 ``WaveBook.handle`` takes one event and returns the instructions it makes due, in order. The waves themselves
 (what was sent) are opaque here; the scheduler (``scheduler.py``) does the sending and the bookkeeping of what
@@ -80,6 +83,14 @@ class CommitDue:
     wave: int
 
 
+@dataclass(frozen=True)
+class SpoutsUncounted:
+    """Instruction: spout reports that no completed wave carries (their wave was dropped by a new generation, or
+    replayed): what their spout tasks did still counts in the run's stats."""
+
+    spout_reports: list[Any]
+
+
 @dataclass
 class _Entry:
     flight: Any
@@ -119,16 +130,17 @@ class WaveBook:
         self._waves.clear()
         return flights
 
-    def handle(self, event: WaveEvent) -> list[WaveCompleted | CommitDue]:
+    def handle(self, event: WaveEvent) -> list[WaveCompleted | CommitDue | SpoutsUncounted]:
         if isinstance(event, WaveSent):
             self._waves[event.wave] = _Entry(event.flight, event.replay)
             return []
         if isinstance(event, GenerationStarted):
             self.generation, self.tasks, self.spout_workers = event.generation, event.tasks, event.spout_workers
+            dropped = [report for entry in self._waves.values() for report in entry.spout_reports.values()]
             self._waves.clear()
-            return []
-        if event.generation != self.generation:
-            return []  # from before a restart: that wave runs again
+            return [SpoutsUncounted(dropped)] if dropped else []
+        if event.generation != self.generation:  # from before a restart: that wave runs again
+            return [SpoutsUncounted([event.report])] if isinstance(event, SpoutsReported) else []
         entry = self._waves.get(event.wave)
         if isinstance(event, TaskReported):
             if entry is None or event.task in entry.reports:
@@ -142,14 +154,16 @@ class WaveBook:
             raise TypeError(f"WaveBook: unexpected event {event!r}")
         return self._complete_in_order()
 
-    def _complete_in_order(self) -> list[WaveCompleted | CommitDue]:
-        due: list[WaveCompleted | CommitDue] = []
+    def _complete_in_order(self) -> list[WaveCompleted | CommitDue | SpoutsUncounted]:
+        due: list[WaveCompleted | CommitDue | SpoutsUncounted] = []
         while self._waves:
             wave, first = next(iter(self._waves.items()))
             if not (self.tasks <= first.reports.keys() and self.spout_workers <= first.spout_reports.keys()):
                 break
             del self._waves[wave]
             if first.replay:
+                if first.spout_reports:
+                    due.append(SpoutsUncounted(list(first.spout_reports.values())))
                 continue
             due.append(WaveCompleted(wave, first.flight, first.reports, first.spout_reports))
             due.append(CommitDue(self.generation, wave))

@@ -67,6 +67,7 @@ from squall.spark.protocol import (
     Batch,
     Commit,
     Hello,
+    LinkBroken,
     Release,
     RunSettings,
     Snapshot,
@@ -120,6 +121,7 @@ class Worker:
         self.index = index
         self.inbox = inbox  # from the driver and from the peers
         self.links = links  # to the peers
+        links.on_broken = self._link_broken
         self.generation = -1
         self.placement: dict[int, int] = {}
         self.tasks: dict[int, HostedTask] = {}
@@ -223,6 +225,11 @@ class Worker:
         else:
             raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
 
+    def _link_broken(self, peer: int, why: str) -> None:
+        """The link to ``peer`` broke, and what went on it since is lost: the driver hears of it, and starts the
+        workers again from the last completed wave (``LinkBroken``)."""
+        self.channel.send(LinkBroken(self.generation, self.index, peer, why))
+
     def _restorable(self, snapshot: int | None = None, checkpoint: int | None = None) -> None:
         """A snapshot or a checkpoint completed: blobs released before both the last complete snapshot and the
         last complete checkpoint are named by no state a task could be restored from, and go."""
@@ -271,6 +278,10 @@ class Worker:
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.snapshot_waves = set()
+        for held in self.reports.values():  # waves the new generation runs again; what the spouts did still counts
+            for report in held:
+                if isinstance(report, SpoutReport):
+                    self.channel.send(report)
         self.reports = defaultdict(list)
         self.local.clear()
         self.arrivals.clear()
