@@ -219,7 +219,8 @@ class PeerLinks:
             log.warning("worker %d's address did not prove the run's secret (%s); nothing sent to it", worker, exc)
             self._broke(worker, f"its address did not prove the run's secret: {exc}")
         except OSError as exc:  # a peer that stopped or was lost, or a connection that broke under both
-            log.warning("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
+            # Info only: a peer that stops first as the run stops breaks it too; the driver warns when it recovers.
+            log.info("link to worker %d broke (%s); dropping what is for it until the run recovers", worker, exc)
             self._broke(worker, repr(exc))
 
     def _broke(self, worker: int, why: str) -> None:
