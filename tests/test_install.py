@@ -45,12 +45,14 @@ COMPILED = {  # the modules setup.py compiles
     "squall/model/_keyhash",
     "squall/spark/_atomic",
     "squall/reliability/_xor_fold",
+    "squall/reliability/_acker_merge",
 }
 PACKAGE_DATA = {
     "squall/ui/page.html",
     "squall/model/_keyhash.pyx",
     "squall/spark/_atomic.pyx",
     "squall/reliability/_xor_fold.pyx",
+    "squall/reliability/_acker_merge.pyx",
     "squall/model/tuple.pxd",
     "squall/spark/collectors.pxd",
     "squall/spark/execution.pxd",

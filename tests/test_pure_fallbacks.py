@@ -179,10 +179,17 @@ def test_acks_split_by_acker_task_alike_without_the_split_helper(monkeypatch):
 
 
 ROOTS = st.integers(1, 24).map(lambda r: r * 0x9E3779B97F4A7C15 % 2**64)  # few, so that entries meet again
+MANY_ROOTS = st.integers(1, 400).map(lambda r: r * 0x9E3779B97F4A7C15 % 2**64)
+# (root, value, spout task or -1 for none, failed, reset): few rows, or more than the C merge sorts by qsort
 ROWS = st.lists(st.tuples(ROOTS, st.integers(0, 3), st.integers(-1, 2), st.booleans(), st.booleans()), max_size=12)
+MANY_ROWS = st.lists(
+    st.tuples(MANY_ROOTS, st.integers(0, 3), st.integers(-1, 2), st.booleans(), st.booleans()),
+    min_size=65,
+    max_size=150,
+)
 ACKER_EVENTS = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from(["init", "acks", "withdraw"]), ROWS),
+        st.tuples(st.sampled_from(["init", "acks", "withdraw"]), ROWS | MANY_ROWS),
         st.tuples(st.just("rotate"), st.just([])),
     ),
     max_size=40,
@@ -204,7 +211,7 @@ def run_acker(events: list, compiled: bool) -> list:
             roots = np.array([r[0] for r in unique], np.uint64)
             values = np.array([r[1] for r in unique], np.uint64)
             if kind == "init":
-                event = Init(roots, values, np.array([max(r[2], 0) for r in unique], np.int64))
+                event = Init(roots, values, np.array([r[2] for r in unique], np.int64))
             elif kind == "rotate":
                 event = Rotate()
             else:

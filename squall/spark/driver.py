@@ -271,6 +271,8 @@ class TopologyRun:
         completed += self._apply(self.scheduler.poll(wait_for=0 if quiet else self.max_inflight - 1))
         for statuses in self.scheduler.take_stopped_spouts():
             self._apply_spout_statuses(statuses)
+        for counts in self.scheduler.take_stopped_ackers():
+            self._apply_acker_counts(counts)
         emits = self.stats.spout_emits_seen - before
         self.stats.restarts = self.scheduler.recoveries
         self._note_idle(bool(emits) or not self._wanted_active)
@@ -403,7 +405,10 @@ class TopologyRun:
         self.stats.busy(ended - wave.seconds, ended, sum(status.emitted for _, status in statuses), settled)
         self.snapshot_timer.emitted(wave.wave, {task: status.emitted for task, (_, status) in wave.spouts.items()})
         self._apply_spout_statuses(wave.spouts)
-        for acker, (merged, settled) in wave.ackers.items():  # Storm's __acker: executed acks, emitted settlements
+        self._apply_acker_counts(wave.ackers)
+
+    def _apply_acker_counts(self, ackers: dict[int, tuple[int, int]]) -> None:
+        for acker, (merged, settled) in ackers.items():  # Storm's __acker: executed acks, emitted settlements
             for stats in (self.stats.of(ACKER), self.stats.of_task(ACKER, self.acker_task_ids[acker])):
                 stats.executed += merged
                 stats.emitted += settled

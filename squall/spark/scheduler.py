@@ -211,6 +211,7 @@ class WaveScheduler:
         self.final_spouts: dict[int, tuple[str, SpoutStatus]] = {}  # the spouts' last counters, once closed
         # Counters of spout reports no completed wave carries: of spouts a relaunch stopped, of waves run again
         self.stopped_spouts: list[dict[int, tuple[str, SpoutStatus]]] = []
+        self.stopped_ackers: list[dict[int, tuple[int, int]]] = []  # the acker tasks' counts of those reports
         self._connections: dict[int, int] = {}  # worker -> connection
         self._addresses: dict[int, tuple[str, int] | None] = {}  # worker -> where it listens for its peers
         self._fatal: str | None = None  # a worker's setup error, kept for when its job fails
@@ -539,7 +540,13 @@ class WaveScheduler:
 
     def _check_workers(self) -> None:
         """Shrink onto the workers that remain when a lost one is not replaced within the replace timeout;
-        grow back when executors joined since the run last chose its size."""
+        grow back when executors joined since the run last chose its size; recover from a broken link. A failure
+        no retry can fix found on the way is raised, as one found handling a worker's message is."""
+        self._look_at_workers()
+        if self.failure is not None:
+            raise self.failure
+
+    def _look_at_workers(self) -> None:
         if self.hub is None or self._closing:
             return
         now = time.monotonic()
@@ -570,6 +577,9 @@ class WaveScheduler:
         keep breaking stop the run, as workers that keep failing do."""
         since, why = min(self._broken_links.values())
         if now - since < LINK_GRACE_SECS:
+            return
+        if not all(peer in self._connections for peer in self._broken_links):
+            self._broken_links = {}  # a peer that went: its loss starts the next generation
             return
         self._lost(why)
         if self.failure is None and len(self._connections) == self.hosts:
@@ -667,8 +677,9 @@ class WaveScheduler:
         for instruction in instructions:
             if isinstance(instruction, WaveCompleted):
                 done.append(self._complete(instruction))
-            elif isinstance(instruction, SpoutsUncounted):  # what those spouts did counts, wave or not
+            elif isinstance(instruction, SpoutsUncounted):  # what those spouts and ackers did counts, wave or not
                 self.stopped_spouts.extend(report.spouts for report in instruction.spout_reports)
+                self.stopped_ackers.extend(report.ackers for report in instruction.spout_reports if report.ackers)
             else:  # told the workers with the next wave: their spout logs and ack records up to the snapshot go
                 self._commit_due = Commit(instruction.generation, instruction.wave, self.recovery.wave)
 
@@ -740,6 +751,11 @@ class WaveScheduler:
         if self.hub is not None:
             self.hub.wake()  # a poll waiting for events returns
 
+    def take_stopped_ackers(self) -> list[dict[int, tuple[int, int]]]:
+        """The acker tasks' counts (acks merged, trees settled) of spout reports whose wave ran again."""
+        stopped, self.stopped_ackers = self.stopped_ackers, []
+        return stopped
+
     def take_stopped_spouts(self) -> list[dict[int, tuple[str, SpoutStatus]]]:
         """The counters of spout tasks stopped since the last call (a relaunch), and of spout reports whose wave
         ran again, to fold into the run's."""
@@ -760,6 +776,8 @@ class WaveScheduler:
         message = event.message if isinstance(event, Received) else None
         if isinstance(message, SpoutReport) and message.wave == FINAL_REPORT:
             self.final_spouts.update(message.spouts)
+        elif isinstance(message, SpoutReport):  # held on its worker for its bolts' reports, which never came
+            self._act([SpoutsUncounted([message])], [])
         elif isinstance(message, Hello) and self._stop is not None:  # a worker that came up as the run stopped
             self.hub.send([(event.connection, self._stop)])
 

@@ -26,6 +26,7 @@ the driver. Then the task moves on to the next wave.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -178,6 +179,7 @@ class Worker:
                 return
             if isinstance(message, Stop):
                 self.final = message.final
+                self._send_held_spout_reports()
                 if self.spouts is not None:  # what closing did (trees failed back) reaches the run's counters
                     self.spouts.close(message.fail_pending, message.active)
                     statuses = self.spouts.take_statuses()
@@ -228,7 +230,17 @@ class Worker:
     def _link_broken(self, peer: int, why: str) -> None:
         """The link to ``peer`` broke, and what went on it since is lost: the driver hears of it, and starts the
         workers again from the last completed wave (``LinkBroken``)."""
-        self.channel.send(LinkBroken(self.generation, self.index, peer, why))
+        with contextlib.suppress(OSError):  # the driver went too: nobody to tell
+            self.channel.send(LinkBroken(self.generation, self.index, peer, why))
+
+    def _send_held_spout_reports(self) -> None:
+        """The reports of waves held here for the bolt tasks' (``_report``), dropped: their waves run again, or
+        the run stops. What the spouts did in them happened, and still counts (``SpoutsUncounted``)."""
+        for held in self.reports.values():
+            for report in held:
+                if isinstance(report, SpoutReport):
+                    self.channel.send(report)
+        self.reports = defaultdict(list)
 
     def _restorable(self, snapshot: int | None = None, checkpoint: int | None = None) -> None:
         """A snapshot or a checkpoint completed: blobs released before both the last complete snapshot and the
@@ -278,11 +290,7 @@ class Worker:
         self.close()
         self.tasks, self.times, self.checkpoints = {}, {}, {}
         self.snapshot_waves = set()
-        for held in self.reports.values():  # waves the new generation runs again; what the spouts did still counts
-            for report in held:
-                if isinstance(report, SpoutReport):
-                    self.channel.send(report)
-        self.reports = defaultdict(list)
+        self._send_held_spout_reports()
         self.local.clear()
         self.arrivals.clear()
         self.unshipped.clear()
