@@ -45,6 +45,14 @@ class Numbers(Spout):
         self.log.close()
 
 
+def shut_down_peer_links() -> None:
+    """Shut down every link this worker process opened to its peers, as a connection reset under both would."""
+    for links in [obj for obj in gc.get_objects() if isinstance(obj, PeerLinks)]:
+        for link in list(links._sockets.values()):
+            with contextlib.suppress(OSError):  # shut down already
+                link.shutdown(socket.SHUT_RDWR)
+
+
 class BreakLinksOnce(BasicBolt):
     """Relays each number. At ``BREAK_AT``, the first time in the whole run (a marker file says so), it shuts down
     the links its worker opened to its peers, as a connection reset under two running workers would."""
@@ -57,9 +65,7 @@ class BreakLinksOnce(BasicBolt):
     def execute(self, tup, collector):
         if tup[0] == BREAK_AT and not os.path.exists(self.marker):
             Path(self.marker).touch()
-            for links in [obj for obj in gc.get_objects() if isinstance(obj, PeerLinks)]:
-                for link in list(links._sockets.values()):
-                    link.shutdown(socket.SHUT_RDWR)
+            shut_down_peer_links()
         collector.emit([tup[0]])
 
 
@@ -69,10 +75,7 @@ class BreakLinksAlways(BasicBolt):
     outputs = ("n",)
 
     def execute(self, tup, collector):
-        for links in [obj for obj in gc.get_objects() if isinstance(obj, PeerLinks)]:
-            for link in list(links._sockets.values()):
-                with contextlib.suppress(OSError):  # shut down already
-                    link.shutdown(socket.SHUT_RDWR)
+        shut_down_peer_links()
         collector.emit([tup[0]])
 
 
