@@ -41,6 +41,9 @@ SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt ta
 # How often the workers snapshot their bolt tasks' state when spouts run on the workers (LocalCluster, squall run)
 SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
+# A wave in flight this long starts the workers again from the last complete snapshot, as a lost worker does; at
+# half of it the driver logs what each worker waits for (0: never; it only warns, every minute)
+SQUALL_WAVE_STALL_SECS = "squall.wave.stall.secs"
 # The same uncaught error from one task this many times in a row, with no progress in between, stops the topology
 # (None: never; docs/operations.md, "When a run fails")
 SQUALL_MAX_REPEATED_ERRORS = "squall.max.repeated.errors"
@@ -122,6 +125,7 @@ DEFAULTS: dict[str, Any] = {
     SQUALL_WORKERS: None,
     SQUALL_SNAPSHOT_INTERVAL_MS: 1000,
     SQUALL_WAVE_MAX_FAILURES: 5,
+    SQUALL_WAVE_STALL_SECS: 60.0,
     SQUALL_MAX_REPEATED_ERRORS: 100,
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: 10.0,
     SQUALL_WORKER_GC_THRESHOLD: 50_000,  # None: Python's own collector settings
@@ -286,6 +290,7 @@ VALIDATORS: dict[str, Callable[[Any], str | None]] = {
     SQUALL_WORKERS: _optional(_int_at_least(1)),
     SQUALL_SNAPSHOT_INTERVAL_MS: _positive_number,
     SQUALL_WAVE_MAX_FAILURES: _int_at_least(1),
+    SQUALL_WAVE_STALL_SECS: _non_negative_number,
     SQUALL_MAX_REPEATED_ERRORS: _optional(_int_at_least(1)),
     SQUALL_WORKER_REPLACE_TIMEOUT_SECS: _positive_number,
     SQUALL_WORKER_GC_THRESHOLD: _optional(_int_at_least(1)),

@@ -156,6 +156,7 @@ class TopologyRun:
             handshake_timeout=self.conf[cfg.SQUALL_LINKS_HANDSHAKE_TIMEOUT_SECS],
             max_proving=self.conf[cfg.SQUALL_LINKS_MAX_CONNECTIONS],
             here=here,
+            stall_secs=self.conf[cfg.SQUALL_WAVE_STALL_SECS],
         )
         self.scheduler.on_setup_error = self.stats.setup_failed
 

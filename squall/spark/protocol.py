@@ -367,6 +367,24 @@ class LinkBroken:
 
 @wire
 @dataclass(frozen=True, slots=True)
+class Describe:
+    """The driver asks a worker what it waits for: a wave in flight has made no progress for long. The worker
+    answers at once with a ``WorkerState``, whatever its generation."""
+
+
+@wire
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """What worker ``worker`` waits for, in words, for the driver's log: each bolt task's wave and the producers
+    whose ``last`` batch it still waits for, the spout part's open and waiting waves, the reports it holds."""
+
+    worker: int
+    generation: int
+    text: str
+
+
+@wire
+@dataclass(frozen=True, slots=True)
 class Stop:
     fail_pending: bool = False  # fail the spouts' pending trees back to them before closing them
     active: bool = True  # False: a kill with a wait deactivated the spouts, which are told before closing

@@ -40,6 +40,7 @@ from squall.spark.protocol import (
     FINAL_REPORT,
     Assign,
     Commit,
+    Describe,
     Hello,
     LinkBroken,
     Release,
@@ -53,6 +54,7 @@ from squall.spark.protocol import (
     WaveInput,
     WorkerFailed,
     WorkerReport,
+    WorkerState,
 )
 from squall.spark.recovery import RecoveryPoint
 from squall.spark.shipping import ShippedTopology
@@ -74,7 +76,7 @@ from squall.spark.worker_spouts import acker_placement, spout_placement
 log = logging.getLogger("squall")
 
 READY_WARNING_SECS = 30.0
-STALL_WARNING_SECS = 60.0  # a wave in flight this long with no report missing named in the log
+STALL_WARNING_SECS = 60.0  # with squall.wave.stall.secs 0: how often a wave in flight this long is warned of
 LINK_GRACE_SECS = 1.0  # a broken link's peer may be lost: its loss, if it comes this soon, starts the recovery
 GROW_CHECK_SECS = 2.0  # how often a run on fewer workers than it wants looks for executors that joined
 FINAL_REPORTS_SECS = 1.0  # after the worker job ends, how long its workers' last reports may still take to come
@@ -172,6 +174,7 @@ class WaveScheduler:
         handshake_timeout: float = 10.0,
         max_proving: int = 256,
         here: ShippedTopology | None = None,
+        stall_secs: float = 60.0,
     ) -> None:
         self.sc, self.topology, self.settings, self.name = sc, topology, settings, name
         # The Spark job, and a worker in this process after the job's, hosting every spout and acker task
@@ -183,6 +186,7 @@ class WaveScheduler:
         self.interrupted = threading.Event()  # set by a kill: polls return at once
         self.stateful_tasks = stateful_tasks  # their acks wait for a checkpoint (stateful.py)
         self.max_failures = max_failures
+        self.stall_secs = stall_secs  # squall.wave.stall.secs
         self.tasks = [t for spec in topology.bolts.values() for t in spec.tasks]
         self._task_index = {t: i for spec in topology.bolts.values() for i, t in enumerate(spec.tasks)}
         self.placement = self._placement(workers)
@@ -433,6 +437,9 @@ class WaveScheduler:
                 if message.generation == self.generation and self.ready:  # else a new generation has new links
                     why = f"worker {message.worker}'s link to worker {message.peer} broke ({message.reason})"
                     self._broken_links.setdefault(message.peer, (time.monotonic(), why))
+            elif isinstance(message, WorkerState):
+                state = (message.worker, message.generation, message.text)
+                log.warning("topology %s: worker %d (generation %d) says: %s", self.name, *state)
             elif isinstance(message, WorkerFailed):
                 self._fatal = fatal_message(RuntimeError(message.message))
                 log.error("topology %s: worker %d cannot go on: %s", self.name, message.worker, message.message)
@@ -560,8 +567,8 @@ class WaveScheduler:
                     remaining, f"{self.workers - remaining} worker(s) not replaced within {self.replace_timeout}s"
                 )
             self._check_ready()
-        elif len(self.book) and now - self._stall_warned_at > STALL_WARNING_SECS:
-            self._warn_if_stalled(now)
+        elif len(self.book):
+            self._watch_oldest_wave(now)
         if self.ready and self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
             self._grow_checked_at = now
             executors = self.job.executors()
@@ -581,14 +588,29 @@ class WaveScheduler:
         if not all(peer in self._connections for peer in self._broken_links):
             self._broken_links = {}  # a peer that went: its loss starts the next generation
             return
+        self._start_again(why)
+
+    def _start_again(self, why: str) -> None:
+        """Every worker starts again from the last complete snapshot, as after a loss, though none was lost: the
+        waves in flight run again. Counted toward ``squall.wave.max.failures``, as a loss is."""
         self._lost(why)
         if self.failure is None and len(self._connections) == self.hosts:
             self._start_generation()
 
-    def _warn_if_stalled(self, now: float) -> None:
-        """Name the tasks the oldest wave in flight still waits for, once it has waited long."""
+    def _watch_oldest_wave(self, now: float) -> None:
+        """A wave in flight for half of ``squall.wave.stall.secs``: the tasks and spouts it still waits for are
+        named in the log, and each worker is asked what it waits for (``Describe``; its answer is logged too).
+        In flight for all of it: the workers start again from the last complete snapshot. A tree's timeout turns
+        with the waves, so without this a wave that never completes would hold its trees, and the spouts, for
+        ever; a wave that needs that long for what its bolts do stops the run once it happened
+        ``squall.wave.max.failures`` times in a row."""
         flight = self.book.flights()[0]
-        if now - flight.sent_at < STALL_WARNING_SECS:
+        waited = now - flight.sent_at
+        if self.stall_secs and waited >= self.stall_secs:
+            self._start_again(f"wave {flight.wave} made no progress in {waited:.0f}s (squall.wave.stall.secs)")
+            return
+        warn_after = self.stall_secs / 2 if self.stall_secs else STALL_WARNING_SECS
+        if waited < warn_after or now - self._stall_warned_at < warn_after:
             return
         self._stall_warned_at = now
         _, missing, spout_workers = self.book.oldest_missing()
@@ -598,11 +620,12 @@ class WaveScheduler:
             self.name,
             flight.wave,
             self.generation,
-            now - flight.sent_at,
+            waited,
             missing,
             sorted({self.placement[t] for t in missing}),
             spout_workers,
         )
+        self.hub.send([(connection, Describe()) for connection in self._connections.values()])
 
     def _check_ready(self) -> None:
         if not self.ready and time.monotonic() - self._waiting_since > READY_WARNING_SECS:

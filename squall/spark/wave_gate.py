@@ -94,6 +94,11 @@ class WaveGate:
         """The wave ``task`` works on."""
         return self._tasks[task].wave
 
+    def waits(self) -> dict[int, tuple[int, list[int], list[int]]]:
+        """Each task's wave, the producers whose ``last`` batch of it has not come, and the later waves it holds
+        batches of."""
+        return {number: (t.wave, sorted(t.waiting), sorted(t.held)) for number, t in self._tasks.items()}
+
     def handle(self, event: WaveEvent) -> list[Take | Execute | EndWave]:
         if isinstance(event, Arrived):
             return self._arrived(event)

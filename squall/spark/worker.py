@@ -67,6 +67,7 @@ from squall.spark.protocol import (
     Assign,
     Batch,
     Commit,
+    Describe,
     Hello,
     LinkBroken,
     Release,
@@ -79,6 +80,7 @@ from squall.spark.protocol import (
     WorkerChannel,
     WorkerFailed,
     WorkerReport,
+    WorkerState,
 )
 from squall.spark.shipping import ShippedTopology, forget_run, load_shipped
 from squall.spark.snapshots import SnapshotStore
@@ -189,7 +191,9 @@ class Worker:
             self._receive(message)
 
     def _receive(self, message: Any) -> None:
-        if isinstance(message, Assign):
+        if isinstance(message, Describe):
+            self.channel.send(WorkerState(self.index, self.generation, self.describe()))
+        elif isinstance(message, Assign):
             self._assign(message)
         elif isinstance(message, Batch) and self.batches is None:
             self.arrivals.setdefault(id(message), time.perf_counter())  # held by the gate: its first arrival
@@ -226,6 +230,22 @@ class Worker:
             self._restorable(checkpoint=message.wave)
         else:
             raise TypeError(f"worker {self.index}: unexpected message {type(message).__name__}")
+
+    def describe(self) -> str:
+        """What this worker waits for, in words (``Describe``)."""
+        parts = []
+        for task, (wave, waiting, held) in sorted(self.gate.waits().items()):
+            producers = ", ".join("the driver" if p == DRIVER else str(p) for p in waiting)
+            parts.append(
+                f"task {task} is on wave {wave}, waiting for the last batch of {producers or 'no one'}"
+                + (f", holding batches of waves {held}" if held else "")
+            )
+        if self.spouts is not None and self.spouts.spout_tasks:
+            parts.append(self.spouts.describe())
+        if self.reports:
+            parts.append(f"reports held for waves {sorted(self.reports)}")
+        parts.append(f"{len(self.local)} local batches; inbox {'empty' if self.inbox.empty() else 'not empty'}")
+        return "; ".join(parts)
 
     def _link_broken(self, peer: int, why: str) -> None:
         """The link to ``peer`` broke, and what went on it since is lost: the driver hears of it, and starts the

@@ -239,6 +239,12 @@ class WorkerSpouts:
                 reports.append(report)
         return reports
 
+    def describe(self) -> str:
+        """Where the spout tasks' waves stand, in words."""
+        opened = f"wave {self.opened.wave} open" if self.opened is not None else "no wave open"
+        waiting = [message.wave for message in self.waiting]
+        return f"spout part: {opened}" + (f", waves {waiting} waiting for it" if waiting else "")
+
     def _spent(self, calls: int) -> bool:
         """Every spout task here made ``calls`` emits in the wave (all it allows, for ``spout_calls``)."""
         emitted = self.host.wave_emits
