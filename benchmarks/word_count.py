@@ -533,8 +533,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["throughput", "acking", "vocabulary", "exactly-once", "latency", "encryption"],
-        help="run only this part (throughput: plain PySpark carrying, then the acking pairs)",
+        choices=["throughput", "acking", "acking-order", "vocabulary", "exactly-once", "latency", "encryption"],
+        help="run only this part (throughput: plain PySpark carrying, then the acking pairs; acking-order: what "
+        "the run right after PySpark's costs either side of an acking pair)",
     )
     parser.add_argument("--per-partition", type=int, help="exactly-once: sentences a partition a batch (the default's)")
     args = parser.parse_args()
@@ -574,6 +575,9 @@ def figures(sc, args: argparse.Namespace, sentences: list[str], words: int) -> N
         return
     if args.only == "acking":
         acking_figures(sentences, words)
+        return
+    if args.only == "acking-order":
+        acking_order(sc, sentences, words)
         return
     acked_runs = throughput_figures(sc, sentences, words)
     default_secs = min(acked_runs)
@@ -647,6 +651,31 @@ def acking_figures(
     print(f"squall_acking_on_vs_off_pair_ratios={','.join(f'{r:.3f}' for r in pair_ratios)}")
     print(f"squall_acking_on_vs_off_time_ratio={pair_ratios[1]:.3f}")
     return [acked[0] for acked, _ in runs], unacked_secs
+
+
+def acking_order(sc, sentences: list[str], words: int, rounds: int = 4) -> None:
+    """Each round: PySpark carrying, then an acking pair acking on first; PySpark again, then a pair acking off
+    first. The pairs' ratios by which side ran first, and each side's rate first and second after PySpark."""
+    off = {"topology.acker.executors": 0}
+    by_order: dict[str, list[float]] = {"acked_first": [], "unacked_first": []}
+    rates: dict[str, list[float]] = {"acked_first": [], "acked_second": [], "unacked_first": [], "unacked_second": []}
+    for _ in range(rounds):
+        pyspark_carrying(sc, sentences)
+        acked, unacked = squall_throughput(sentences, {})[0], squall_throughput(sentences, off)[0]
+        by_order["acked_first"].append(acked / unacked)
+        rates["acked_first"].append(words / acked)
+        rates["unacked_second"].append(words / unacked)
+        pyspark_carrying(sc, sentences)
+        unacked = squall_throughput(sentences, off)[0]
+        acked = squall_throughput(sentences, {})[0]
+        by_order["unacked_first"].append(acked / unacked)
+        rates["unacked_first"].append(words / unacked)
+        rates["acked_second"].append(words / acked)
+    for order, ratios in by_order.items():
+        print(f"squall_acking_on_vs_off_pair_ratios_{order}={','.join(f'{r:.3f}' for r in ratios)}")
+        print(f"squall_acking_on_vs_off_time_ratio_{order}_median={statistics.median(ratios):.3f}")
+    for side, values in rates.items():
+        print(f"squall_{side}_after_pyspark_median_words_per_second={statistics.median(values):.0f}")
 
 
 def encryption_figures(sentences: list[str], words: int) -> None:
