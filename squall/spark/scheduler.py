@@ -227,6 +227,9 @@ class WaveScheduler:
         self._executors_seen = self.job.executors()  # when it last chose its worker count
         self._grow_checked_at = time.monotonic()
         self._stall_warned_at = time.monotonic()
+        self._progress_at = time.monotonic()  # when a report last came, or the generation started
+        self._asked = False  # the workers were asked what they wait for (``Describe``) since the last progress
+        self._answered: set[int] = set()  # the workers that answered since they were last asked
         self._commit_due: Commit | None = None  # the latest Commit, sent with the next wave
         self.link_buffers: dict[int, int] = {}  # worker -> bytes its links held, as of its last report
         self.hellos: dict[int, tuple[str, int, float]] = {}  # worker -> (host, pid, time.time() of its hello)
@@ -370,10 +373,10 @@ class WaveScheduler:
             block = len(self.book) > wait_for
             left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
             event = self.hub.next_event(left if block else 0.0)
-            if event is None:  # none in time, or woken
+            if event is None:  # none in time, or woken: nothing is left to read
+                self._check_workers(quiet=True)
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     return done
-                self._check_workers()
                 continue
             self._handle(event, done)
             if self.failure is not None:
@@ -438,6 +441,7 @@ class WaveScheduler:
                     why = f"worker {message.worker}'s link to worker {message.peer} broke ({message.reason})"
                     self._broken_links.setdefault(message.peer, (time.monotonic(), why))
             elif isinstance(message, WorkerState):
+                self._answered.add(message.worker)
                 state = (message.worker, message.generation, message.text)
                 log.warning("topology %s: worker %d (generation %d) says: %s", self.name, *state)
             elif isinstance(message, WorkerFailed):
@@ -545,15 +549,16 @@ class WaveScheduler:
         log.warning("topology %s: the worker job failed; launching it again", self.name, exc_info=error)
         self.job.launch(self.hub, self.workers)
 
-    def _check_workers(self) -> None:
+    def _check_workers(self, quiet: bool = False) -> None:
         """Shrink onto the workers that remain when a lost one is not replaced within the replace timeout;
-        grow back when executors joined since the run last chose its size; recover from a broken link. A failure
-        no retry can fix found on the way is raised, as one found handling a worker's message is."""
-        self._look_at_workers()
+        grow back when executors joined since the run last chose its size; recover from a broken link, and, when
+        ``quiet`` (the hub had nothing to read), from a stalled wave. A failure no retry can fix found on the way is
+        raised, as one found handling a worker's message is."""
+        self._look_at_workers(quiet)
         if self.failure is not None:
             raise self.failure
 
-    def _look_at_workers(self) -> None:
+    def _look_at_workers(self, quiet: bool = False) -> None:
         if self.hub is None or self._closing:
             return
         now = time.monotonic()
@@ -568,7 +573,7 @@ class WaveScheduler:
                 )
             self._check_ready()
         elif len(self.book):
-            self._watch_oldest_wave(now)
+            self._watch_oldest_wave(now, quiet)
         if self.ready and self.workers < self.wanted_workers and now - self._grow_checked_at > GROW_CHECK_SECS:
             self._grow_checked_at = now
             executors = self.job.executors()
@@ -597,22 +602,26 @@ class WaveScheduler:
         if self.failure is None and len(self._connections) == self.hosts:
             self._start_generation()
 
-    def _watch_oldest_wave(self, now: float) -> None:
-        """A wave in flight for half of ``squall.wave.stall.secs``: the tasks and spouts it still waits for are
-        named in the log, and each worker is asked what it waits for (``Describe``; its answer is logged too).
-        In flight for all of it: the workers start again from the last complete snapshot. A tree's timeout turns
-        with the waves, so without this a wave that never completes would hold its trees, and the spouts, for
-        ever; a wave that needs that long for what its bolts do stops the run once it happened
-        ``squall.wave.max.failures`` times in a row."""
+    def _watch_oldest_wave(self, now: float, quiet: bool) -> None:
+        """The oldest wave in flight, with no report since half of ``squall.wave.stall.secs``: named in the log
+        with what it waits for, and every worker asked what it waits for (``Describe``). After all of it, with
+        nothing left to read and every worker's answer in (none is at work in a component), the workers start
+        again from the last complete snapshot: the wave would never complete (architecture.md, Faults)."""
         flight = self.book.flights()[0]
-        waited = now - flight.sent_at
-        if self.stall_secs and waited >= self.stall_secs:
+        waited = now - max(flight.sent_at, self._progress_at)
+        if self.stall_secs and waited >= self.stall_secs and quiet and self._answered >= set(self._connections):
             self._start_again(f"wave {flight.wave} made no progress in {waited:.0f}s (squall.wave.stall.secs)")
             return
         warn_after = self.stall_secs / 2 if self.stall_secs else STALL_WARNING_SECS
         if waited < warn_after or now - self._stall_warned_at < warn_after:
             return
         self._stall_warned_at = now
+        busy = sorted(set(self._connections) - self._answered) if self._asked else []
+        if busy:  # still in a component (a sink waiting for its broker, say): that is no stall
+            log.warning(
+                "topology %s: workers %s did not say what they wait for: at work in a bolt or spout", self.name, busy
+            )
+        self._asked, self._answered = True, set()
         _, missing, spout_workers = self.book.oldest_missing()
         log.warning(
             "topology %s: wave %d (generation %d) in flight for %.0fs; no report yet from tasks %s on workers %s, "
@@ -620,7 +629,7 @@ class WaveScheduler:
             self.name,
             flight.wave,
             self.generation,
-            waited,
+            now - flight.sent_at,
             missing,
             sorted({self.placement[t] for t in missing}),
             spout_workers,
@@ -642,6 +651,7 @@ class WaveScheduler:
         """Every worker (re)starts its tasks from the snapshots of the last completed wave; the waves in flight
         go out again."""
         self.generation += 1
+        self._progressed(self.generation)
         self._broken_links = {}  # the Assign below hands out the peers' addresses again: new links
         self.tasks_up = False  # until a wave of this generation completes
         self.placement_of_worker = {w: [t for t in self.tasks if self.placement[t] == w] for w in range(self.hosts)}
@@ -684,16 +694,23 @@ class WaveScheduler:
             self._send_wave(flight)
             self.next_wave = flight.wave + 1
 
+    def _progressed(self, generation: int) -> None:
+        """A report of this generation came: the waves are moving (``_watch_oldest_wave``)."""
+        if generation == self.generation:
+            self._progress_at, self._asked, self._answered = time.monotonic(), False, set()
+
     def _generation_started(self) -> GenerationStarted:
         return GenerationStarted(self.generation, frozenset(self.tasks), frozenset(self.spout_workers.values()))
 
     def _report(self, report: TaskReport, done: list[CompletedWave]) -> None:
+        self._progressed(report.generation)
         self._act(self.book.handle(TaskReported(report.generation, report.wave, report.task, report)), done)
 
     def _spout_report(self, report: SpoutReport, done: list[CompletedWave]) -> None:
         if report.wave == FINAL_REPORT:  # spouts stopped (a relaunch): what they did as they closed still counts
             self.stopped_spouts.append(report.spouts)
             return
+        self._progressed(report.generation)
         self._act(self.book.handle(SpoutsReported(report.generation, report.wave, report.worker, report)), done)
 
     def _act(self, instructions: list[WaveCompleted | CommitDue | SpoutsUncounted], done: list[CompletedWave]) -> None:
