@@ -41,8 +41,9 @@ SQUALL_WORKERS = "squall.workers"  # long-lived worker tasks hosting the bolt ta
 # How often the workers snapshot their bolt tasks' state when spouts run on the workers (LocalCluster, squall run)
 SQUALL_SNAPSHOT_INTERVAL_MS = "squall.snapshot.interval.ms"
 SQUALL_WAVE_MAX_FAILURES = "squall.wave.max.failures"  # waves in a row whose job fails before the topology stops
-# A wave in flight this long starts the workers again from the last complete snapshot, as a lost worker does; at
-# half of it the driver logs what each worker waits for (0: never; it only warns, every minute)
+# No report this long, with a wave in flight and every worker free to say what it waits for: the workers start again
+# from the last complete snapshot, as after a lost worker; at half of it the driver logs what each worker waits for
+# (0: no restart; it only warns, every minute)
 SQUALL_WAVE_STALL_SECS = "squall.wave.stall.secs"
 # The same uncaught error from one task this many times in a row, with no progress in between, stops the topology
 # (None: never; docs/operations.md, "When a run fails")

@@ -369,7 +369,7 @@ class LinkBroken:
 @dataclass(frozen=True, slots=True)
 class Describe:
     """The driver asks a worker what it waits for: a wave in flight has made no progress for long. The worker
-    answers at once with a ``WorkerState``, whatever its generation."""
+    answers with a ``WorkerState`` as soon as its thread is free, whatever its generation."""
 
 
 @wire

@@ -191,13 +191,13 @@ class Worker:
             self._receive(message)
 
     def _receive(self, message: Any) -> None:
-        if isinstance(message, Describe):
-            self.channel.send(WorkerState(self.index, self.generation, self.describe()))
-        elif isinstance(message, Assign):
+        if isinstance(message, Assign):
             self._assign(message)
         elif isinstance(message, Batch) and self.batches is None:
             self.arrivals.setdefault(id(message), time.perf_counter())  # held by the gate: its first arrival
             self._carry_out(self.gate.handle(Arrived(message, batch=True)))
+        elif isinstance(message, Describe):  # it has no generation: answered whatever the gate holds
+            self.channel.send(WorkerState(self.index, self.generation, self.describe()))
         else:
             for taken in self.gate.handle(Arrived(message)):
                 self._take(taken.message)
